@@ -1,0 +1,632 @@
+//! The batcher: whole source transactions in, one Arrow record batch per
+//! table out, flushed at boundaries every sink can commit and resume from.
+//!
+//! A flush's `high` is always a position the source can resume after without
+//! losing or re-splitting anything: the end of the last whole transaction, or
+//! the last change of a piece of a transaction too big for one batch.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float64Array,
+    Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, new_null_array,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use sha2::{Digest, Sha256};
+
+use crate::change::{Change, TableSchema, Transaction, Value};
+use crate::position::Position;
+
+/// The control columns every batch ends with, whatever the pipeline asks for.
+pub const OP_COLUMN: &str = "__op";
+pub const POS_COLUMN: &str = "__pos";
+const CONTROL_COLUMNS: [&str; 2] = [OP_COLUMN, POS_COLUMN];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Most changes buffered for one flush, over all tables, counted before
+    /// last-write-wins folds them (so the rows of every batch stay below it).
+    pub max_rows: usize,
+    /// Most estimated bytes buffered for one flush, over all tables.
+    pub max_bytes: usize,
+    /// Longest a buffered change waits before the pipeline should flush.
+    pub linger: Duration,
+}
+
+/// Context values a pipeline may materialize in the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ContextField {
+    Op,
+    Pos,
+    CommitTs,
+    IngestTs,
+    Snapshot,
+    Phase,
+}
+
+impl ContextField {
+    pub const ALL: [ContextField; 6] = [
+        ContextField::Op,
+        ContextField::Pos,
+        ContextField::CommitTs,
+        ContextField::IngestTs,
+        ContextField::Snapshot,
+        ContextField::Phase,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextField::Op => "op",
+            ContextField::Pos => "pos",
+            ContextField::CommitTs => "commit_ts",
+            ContextField::IngestTs => "ingest_ts",
+            ContextField::Snapshot => "snapshot",
+            ContextField::Phase => "phase",
+        }
+    }
+
+    /// The Arrow type of the column this field materializes as.
+    pub fn data_type(self) -> DataType {
+        match self {
+            ContextField::Op | ContextField::Phase => DataType::Utf8,
+            ContextField::Pos => DataType::Binary,
+            ContextField::CommitTs | ContextField::IngestTs => utc_micros(),
+            ContextField::Snapshot => DataType::Boolean,
+        }
+    }
+}
+
+impl FromStr for ContextField {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        ContextField::ALL
+            .into_iter()
+            .find(|f| f.as_str() == text)
+            .ok_or_else(|| {
+                let known: Vec<&str> = ContextField::ALL.iter().map(|f| f.as_str()).collect();
+                format!(
+                    "unknown context field `{text}` (expected one of {})",
+                    known.join(", ")
+                )
+            })
+    }
+}
+
+impl fmt::Display for ContextField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A context value the operator wants in the destination, under their name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetadataColumn {
+    pub field: ContextField,
+    pub name: String,
+}
+
+/// Checks that no metadata column name clashes with a table column, a
+/// control column or another metadata column, and that table columns leave
+/// the control column names free.
+pub fn validate_metadata(
+    tables: &[Arc<TableSchema>],
+    metadata: &[MetadataColumn],
+) -> Result<(), String> {
+    for (i, column) in metadata.iter().enumerate() {
+        if column.name.is_empty() {
+            return Err(format!(
+                "metadata column for `{}` has an empty name",
+                column.field
+            ));
+        }
+        if CONTROL_COLUMNS.contains(&column.name.as_str()) {
+            return Err(format!(
+                "metadata column `{}` clashes with a control column",
+                column.name
+            ));
+        }
+        if metadata[..i].iter().any(|other| other.name == column.name) {
+            return Err(format!("metadata column `{}` is named twice", column.name));
+        }
+    }
+    for table in tables {
+        for column in &table.columns {
+            if CONTROL_COLUMNS.contains(&column.name.as_str()) {
+                return Err(format!(
+                    "table {}: column `{}` clashes with a control column",
+                    table.name, column.name
+                ));
+            }
+            if let Some(meta) = metadata.iter().find(|m| m.name == column.name) {
+                return Err(format!(
+                    "table {}: metadata column `{}` ({}) clashes with the table's column of that name",
+                    table.name, meta.name, meta.field
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One table's share of a flush.
+#[derive(Clone, Debug)]
+pub struct TableBatch {
+    pub table: Arc<TableSchema>,
+    /// Deterministic from (table, low, high), so a sink without positions
+    /// can recognize a replayed batch.
+    pub id: String,
+    /// Position of the first row (== high for an empty batch).
+    pub low: Position,
+    /// Where the table stands once this batch is committed: the flush boundary.
+    pub high: Position,
+    pub records: RecordBatch,
+}
+
+impl TableBatch {
+    fn new(table: Arc<TableSchema>, low: Position, high: Position, records: RecordBatch) -> Self {
+        let id = batch_id(&table.name, &low, &high);
+        TableBatch {
+            table,
+            id,
+            low,
+            high,
+            records,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.records.num_rows()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows() == 0
+    }
+
+    /// The `__pos` column: each row's position bytes.
+    pub fn positions(&self) -> &BinaryArray {
+        self.records
+            .columns()
+            .last()
+            .and_then(|c| c.as_any().downcast_ref())
+            .expect("a batch ends with the binary __pos column")
+    }
+
+    /// Only the rows after `after`: a replayed batch straddling what a sink
+    /// has already committed. Keeps `high`; `low` and `id` follow the rows kept.
+    pub fn filter_after(&self, after: &Position) -> TableBatch {
+        let positions = self.positions();
+        let keep: BooleanArray = positions
+            .iter()
+            .map(|p| Some(p.is_some_and(|p| p > after.as_bytes())))
+            .collect();
+        let records = arrow_select::filter::filter_record_batch(&self.records, &keep)
+            .expect("the mask has one entry per row");
+        let low = positions
+            .iter()
+            .flatten()
+            .find(|p| *p > after.as_bytes())
+            .map_or_else(|| self.high.clone(), |p| Position::from_bytes(p.to_vec()));
+        TableBatch::new(self.table.clone(), low, self.high.clone(), records)
+    }
+}
+
+/// First 32 hex characters of sha256(table name, 0x00, low, 0x00, high).
+pub fn batch_id(table: &str, low: &Position, high: &Position) -> String {
+    let digest = Sha256::new()
+        .chain_update(table.as_bytes())
+        .chain_update([0])
+        .chain_update(low.as_bytes())
+        .chain_update([0])
+        .chain_update(high.as_bytes())
+        .finalize();
+    hex::encode(&digest[..16])
+}
+
+/// Batches that commit together: every one of them has the flush's `high`.
+#[derive(Clone, Debug)]
+pub struct Flush {
+    pub high: Position,
+    pub batches: Vec<TableBatch>,
+}
+
+/// A change the batcher cannot turn into Arrow: the source is broken for
+/// this row, and the pipeline must stop rather than skip it.
+#[derive(thiserror::Error, Debug, Clone, PartialEq)]
+#[error("cannot batch the change to {table} at position {pos}: {reason}")]
+pub struct BatchError {
+    pub table: String,
+    pub pos: Position,
+    pub reason: String,
+}
+
+pub struct Batcher {
+    limits: BatchLimits,
+    metadata: Vec<MetadataColumn>,
+    tables: Vec<TableBuffer>,
+    by_name: HashMap<String, usize>,
+    /// Changes and estimated bytes buffered, before last-write-wins.
+    rows: usize,
+    bytes: usize,
+    oldest: Option<Instant>,
+    consumed: Option<Position>,
+}
+
+struct TableBuffer {
+    table: Arc<TableSchema>,
+    schema: SchemaRef,
+    /// Buffered changes in position order; None where a later change to the same key won.
+    changes: Vec<Option<Change>>,
+    /// Encoded key -> index into `changes` of the key's latest change.
+    latest: HashMap<Vec<u8>, usize>,
+    /// The high of the last batch flushed for this table.
+    high: Option<Position>,
+}
+
+impl Batcher {
+    /// `metadata` should have passed [`validate_metadata`] for `tables`.
+    pub fn new(
+        tables: Vec<Arc<TableSchema>>,
+        limits: BatchLimits,
+        metadata: Vec<MetadataColumn>,
+    ) -> Self {
+        let mut batcher = Batcher {
+            limits,
+            metadata,
+            tables: Vec::new(),
+            by_name: HashMap::new(),
+            rows: 0,
+            bytes: 0,
+            oldest: None,
+            consumed: None,
+        };
+        for table in tables {
+            batcher.table_index(&table);
+        }
+        batcher
+    }
+
+    /// Add a whole transaction. Returns the flushes this forced (0, 1 or
+    /// more), oldest first. A change whose values do not fit its table is an
+    /// error, and then nothing of the transaction is buffered.
+    pub fn push(&mut self, tx: Transaction) -> Result<Vec<Flush>, BatchError> {
+        let sizes = tx
+            .changes
+            .iter()
+            .map(|c| self.check(c))
+            .collect::<Result<Vec<usize>, _>>()?;
+        let (rows, bytes) = (tx.changes.len(), sizes.iter().sum::<usize>());
+        let max_rows = self.limits.max_rows.max(1);
+        let max_bytes = self.limits.max_bytes.max(1);
+        let mut flushes = Vec::new();
+
+        if rows > max_rows || bytes > max_bytes {
+            // Too big for any batch: commit it in pieces, each ending at its
+            // last change, so that a resume inside the transaction works.
+            flushes.extend(self.flush(false));
+            let (mut piece_rows, mut piece_bytes) = (0, 0);
+            for (change, size) in tx.changes.into_iter().zip(sizes) {
+                if piece_rows > 0 && (piece_rows == max_rows || piece_bytes + size > max_bytes) {
+                    flushes.extend(self.flush(false));
+                    (piece_rows, piece_bytes) = (0, 0);
+                }
+                self.consumed = Some(change.pos.clone());
+                self.add(change, size);
+                (piece_rows, piece_bytes) = (piece_rows + 1, piece_bytes + size);
+            }
+            self.consumed = Some(tx.end);
+            flushes.extend(self.flush(false));
+            return Ok(flushes);
+        }
+
+        if self.rows + rows > max_rows || self.bytes + bytes > max_bytes {
+            flushes.extend(self.flush(false));
+        }
+        for (change, size) in tx.changes.into_iter().zip(sizes) {
+            self.add(change, size);
+        }
+        self.consumed = Some(tx.end);
+        if self.rows >= max_rows || self.bytes >= max_bytes {
+            flushes.extend(self.flush(false));
+        }
+        Ok(flushes)
+    }
+
+    /// True once the oldest buffered change has waited `linger`.
+    pub fn linger_expired(&self, now: Instant) -> bool {
+        self.oldest
+            .is_some_and(|since| now.saturating_duration_since(since) >= self.limits.linger)
+    }
+
+    /// Flush what is buffered: one batch per table with changes. With
+    /// `include_idle`, also an empty batch for every other table not yet at
+    /// this flush's high, so idle tables advance too (heartbeat, end of a
+    /// bounded run). None when there is nothing to flush.
+    pub fn flush(&mut self, include_idle: bool) -> Option<Flush> {
+        let high = self.consumed.clone()?;
+        let ingest_micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let metadata = &self.metadata;
+        let batches: Vec<TableBatch> = self
+            .tables
+            .iter_mut()
+            .filter_map(|buffer| {
+                let changes: Vec<Change> = buffer.changes.drain(..).flatten().collect();
+                buffer.latest.clear();
+                if changes.is_empty() && !(include_idle && buffer.high.as_ref() != Some(&high)) {
+                    return None;
+                }
+                buffer.high = Some(high.clone());
+                let low = changes
+                    .first()
+                    .map_or_else(|| high.clone(), |c| c.pos.clone());
+                let records = record_batch(
+                    &buffer.table,
+                    &buffer.schema,
+                    metadata,
+                    &changes,
+                    ingest_micros,
+                );
+                Some(TableBatch::new(
+                    buffer.table.clone(),
+                    low,
+                    high.clone(),
+                    records,
+                ))
+            })
+            .collect();
+        (self.rows, self.bytes, self.oldest) = (0, 0, None);
+        (!batches.is_empty()).then_some(Flush { high, batches })
+    }
+
+    /// The position of the last change (or transaction end) consumed.
+    pub fn consumed(&self) -> Option<&Position> {
+        self.consumed.as_ref()
+    }
+
+    /// Changes waiting for the next flush, before last-write-wins.
+    pub fn buffered_changes(&self) -> usize {
+        self.rows
+    }
+
+    /// The buffer of `table`, registering a table the source did not announce.
+    fn table_index(&mut self, table: &Arc<TableSchema>) -> usize {
+        if let Some(&index) = self.by_name.get(&table.name) {
+            return index;
+        }
+        self.tables.push(TableBuffer {
+            table: table.clone(),
+            schema: arrow_schema(table, &self.metadata),
+            changes: Vec::new(),
+            latest: HashMap::new(),
+            high: None,
+        });
+        self.by_name
+            .insert(table.name.clone(), self.tables.len() - 1);
+        self.tables.len() - 1
+    }
+
+    /// Checks that the change fits its table and estimates its size in bytes.
+    fn check(&mut self, change: &Change) -> Result<usize, BatchError> {
+        let index = self.table_index(&change.table);
+        let table = self.tables[index].table.clone();
+        let fail = |reason: String| BatchError {
+            table: table.name.clone(),
+            pos: change.pos.clone(),
+            reason,
+        };
+        if change.values.len() != table.columns.len() {
+            return Err(fail(format!(
+                "{} values for {} columns",
+                change.values.len(),
+                table.columns.len()
+            )));
+        }
+        for (value, column) in change.values.iter().zip(&table.columns) {
+            fits(value, &column.data_type)
+                .map_err(|why| fail(format!("column `{}`: {why}", column.name)))?;
+        }
+        Ok(change_bytes(change))
+    }
+
+    fn add(&mut self, change: Change, size: usize) {
+        if self.rows == 0 {
+            self.oldest = Some(Instant::now());
+        }
+        (self.rows, self.bytes) = (self.rows + 1, self.bytes + size);
+        let buffer = &mut self.tables[self.by_name[&change.table.name]];
+        if !buffer.table.key.is_empty() {
+            let index = buffer.changes.len();
+            if let Some(previous) = buffer.latest.insert(key_bytes(&change), index) {
+                buffer.changes[previous] = None; // last write wins
+            }
+        }
+        buffer.changes.push(Some(change));
+    }
+}
+
+fn utc_micros() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// Table columns (all nullable: delete rows carry nulls), then the
+/// operator's metadata columns, then the control columns.
+fn arrow_schema(table: &TableSchema, metadata: &[MetadataColumn]) -> SchemaRef {
+    let columns = table
+        .columns
+        .iter()
+        .map(|c| Field::new(&c.name, c.data_type.clone(), true));
+    let metadata = metadata
+        .iter()
+        .map(|m| Field::new(&m.name, m.field.data_type(), false));
+    let control = [
+        Field::new(OP_COLUMN, DataType::Utf8, false),
+        Field::new(POS_COLUMN, DataType::Binary, false),
+    ];
+    Arc::new(Schema::new(
+        columns.chain(metadata).chain(control).collect::<Vec<_>>(),
+    ))
+}
+
+fn record_batch(
+    table: &TableSchema,
+    schema: &SchemaRef,
+    metadata: &[MetadataColumn],
+    changes: &[Change],
+    ingest_micros: i64,
+) -> RecordBatch {
+    let columns = (0..table.columns.len())
+        .map(|i| {
+            column_array(
+                &table.columns[i].data_type,
+                changes.iter().map(|c| &c.values[i]),
+                changes.len(),
+            )
+        })
+        .chain(
+            metadata
+                .iter()
+                .map(|m| context_array(m.field, changes, ingest_micros)),
+        )
+        .chain(
+            [ContextField::Op, ContextField::Pos].map(|f| context_array(f, changes, ingest_micros)),
+        )
+        .collect();
+    RecordBatch::try_new(schema.clone(), columns).expect("columns are built to the schema's types")
+}
+
+/// One column from values already checked by [`fits`]: anything that is not
+/// the column's own variant is null.
+fn column_array<'a>(
+    data_type: &DataType,
+    values: impl Iterator<Item = &'a Value>,
+    len: usize,
+) -> ArrayRef {
+    macro_rules! collect {
+        ($array:ty, $variant:ident) => {
+            collect!($array, $variant, x => *x)
+        };
+        ($array:ty, $variant:ident, $x:ident => $map:expr) => {
+            values
+                .map(|v| match v {
+                    Value::$variant($x) => Some($map),
+                    _ => None,
+                })
+                .collect::<$array>()
+        };
+    }
+    match data_type {
+        DataType::Boolean => Arc::new(collect!(BooleanArray, Bool)),
+        DataType::Int32 => Arc::new(collect!(Int32Array, Int32)),
+        DataType::Int64 => Arc::new(collect!(Int64Array, Int64)),
+        DataType::Float64 => Arc::new(collect!(Float64Array, Float64)),
+        DataType::Date32 => Arc::new(collect!(Date32Array, Date32)),
+        DataType::Decimal128(precision, scale) => Arc::new(
+            collect!(Decimal128Array, Decimal128)
+                .with_precision_and_scale(*precision, *scale)
+                .expect("a Decimal128 type from a table schema is valid"),
+        ),
+        DataType::Timestamp(TimeUnit::Microsecond, zone) => Arc::new(
+            collect!(TimestampMicrosecondArray, TimestampMicros).with_timezone_opt(zone.clone()),
+        ),
+        DataType::Utf8 => Arc::new(collect!(StringArray, Utf8, s => s.as_str())),
+        DataType::Binary => Arc::new(collect!(BinaryArray, Binary, b => b.as_slice())),
+        // Only nulls pass `fits` for any other type.
+        other => new_null_array(other, len),
+    }
+}
+
+fn context_array(field: ContextField, changes: &[Change], ingest_micros: i64) -> ArrayRef {
+    let each = changes.iter();
+    match field {
+        ContextField::Op => Arc::new(StringArray::from_iter_values(each.map(|c| c.op.as_str()))),
+        ContextField::Pos => Arc::new(BinaryArray::from_iter_values(
+            each.map(|c| c.pos.as_bytes()),
+        )),
+        ContextField::CommitTs => Arc::new(
+            TimestampMicrosecondArray::from_iter_values(each.map(|c| c.commit_ts_micros))
+                .with_timezone("UTC"),
+        ),
+        ContextField::IngestTs => Arc::new(
+            TimestampMicrosecondArray::from_iter_values(each.map(|_| ingest_micros))
+                .with_timezone("UTC"),
+        ),
+        ContextField::Snapshot => {
+            Arc::new(each.map(|c| Some(c.snapshot)).collect::<BooleanArray>())
+        }
+        ContextField::Phase => Arc::new(StringArray::from_iter_values(
+            each.map(|c| if c.snapshot { "snapshot" } else { "stream" }),
+        )),
+    }
+}
+
+/// Whether `value` can be stored in a column of `data_type`.
+fn fits(value: &Value, data_type: &DataType) -> Result<(), String> {
+    match (value, data_type) {
+        (Value::Null, _)
+        | (Value::Bool(_), DataType::Boolean)
+        | (Value::Int32(_), DataType::Int32)
+        | (Value::Int64(_), DataType::Int64)
+        | (Value::Float64(_), DataType::Float64)
+        | (Value::Utf8(_), DataType::Utf8)
+        | (Value::Binary(_), DataType::Binary)
+        | (Value::Date32(_), DataType::Date32)
+        | (Value::TimestampMicros(_), DataType::Timestamp(TimeUnit::Microsecond, _)) => Ok(()),
+        (Value::Decimal128(unscaled), DataType::Decimal128(precision, _)) => {
+            match 10u128.checked_pow((*precision).into()) {
+                Some(limit) if unscaled.unsigned_abs() >= limit => Err(format!(
+                    "decimal {unscaled} (unscaled) has more than {precision} digits"
+                )),
+                _ => Ok(()),
+            }
+        }
+        (value, data_type) => Err(format!("value {value:?} does not fit type {data_type}")),
+    }
+}
+
+/// A rough size: values, the position, and a little for op and timestamps.
+fn change_bytes(change: &Change) -> usize {
+    change.values.iter().map(value_bytes).sum::<usize>() + change.pos.as_bytes().len() + 16
+}
+
+fn value_bytes(value: &Value) -> usize {
+    match value {
+        Value::Null => 1,
+        Value::Utf8(s) => s.len(),
+        Value::Binary(b) => b.len(),
+        Value::Decimal128(_) => 16,
+        _ => 8,
+    }
+}
+
+/// The key columns' values as bytes, for last-write-wins lookups (Value is
+/// not Hash because of floats).
+fn key_bytes(change: &Change) -> Vec<u8> {
+    let mut out = Vec::new();
+    for value in change.key_values() {
+        let (tag, bytes): (u8, Vec<u8>) = match value {
+            Value::Null => (0, vec![]),
+            Value::Bool(v) => (1, vec![*v as u8]),
+            Value::Int32(v) => (2, v.to_be_bytes().to_vec()),
+            Value::Int64(v) => (3, v.to_be_bytes().to_vec()),
+            Value::Float64(v) => (4, v.to_bits().to_be_bytes().to_vec()),
+            Value::Decimal128(v) => (5, v.to_be_bytes().to_vec()),
+            Value::Utf8(v) => (6, v.as_bytes().to_vec()),
+            Value::Binary(v) => (7, v.clone()),
+            Value::Date32(v) => (8, v.to_be_bytes().to_vec()),
+            Value::TimestampMicros(v) => (9, v.to_be_bytes().to_vec()),
+        };
+        out.push(tag);
+        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+        out.extend_from_slice(&bytes);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,103 @@
+//! Row changes as sources produce them, before they are batched into Arrow.
+
+use std::sync::Arc;
+
+use arrow_schema::DataType;
+
+use crate::position::Position;
+
+/// What happened to a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Insert,
+    Update,
+    Delete,
+    /// A row read by a snapshot (backfill); applied like an upsert.
+    Read,
+}
+
+impl Op {
+    /// The spelling sinks see in the `__op` control column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Insert => "insert",
+            Op::Update => "update",
+            Op::Delete => "delete",
+            Op::Read => "read",
+        }
+    }
+}
+
+/// One column value. Sources convert their native values into these; the
+/// batcher turns them into Arrow arrays of the column's declared type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int32(i32),
+    Int64(i64),
+    Float64(f64),
+    /// Unscaled value; precision and scale come from the column's type.
+    Decimal128(i128),
+    Utf8(String),
+    Binary(Vec<u8>),
+    /// Days since the Unix epoch.
+    Date32(i32),
+    /// Microseconds since the Unix epoch; the column's type says whether it
+    /// is zoned (UTC) or not.
+    TimestampMicros(i64),
+}
+
+/// A column of a source table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub name: String,
+    pub data_type: DataType,
+    pub nullable: bool,
+}
+
+/// The shape of a source table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableSchema {
+    /// Source name, for example `public.orders`.
+    pub name: String,
+    pub columns: Vec<Column>,
+    /// Indexes into `columns` of the key, in key order.
+    pub key: Vec<usize>,
+}
+
+impl TableSchema {
+    pub fn key_names(&self) -> Vec<String> {
+        self.key.iter().map(|&i| self.columns[i].name.clone()).collect()
+    }
+}
+
+/// One row change. `values` follows the table's column order; a delete
+/// carries the key values and nulls elsewhere.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    pub table: Arc<TableSchema>,
+    pub op: Op,
+    pub pos: Position,
+    /// Commit time of the source transaction, microseconds since the epoch.
+    pub commit_ts_micros: i64,
+    /// True for rows read by a snapshot rather than streamed.
+    pub snapshot: bool,
+    pub values: Vec<Value>,
+}
+
+impl Change {
+    /// The values of the key columns, used for last-write-wins per key.
+    pub fn key_values(&self) -> Vec<&Value> {
+        self.table.key.iter().map(|&i| &self.values[i]).collect()
+    }
+}
+
+/// A source transaction, delivered whole: every change in it, in order.
+/// `end` is the position the source stands at once the transaction has been
+/// applied (the last change's position, or a heartbeat position when empty).
+#[derive(Clone, Debug)]
+pub struct Transaction {
+    pub changes: Vec<Change>,
+    pub end: Position,
+}

@@ -1,0 +1,496 @@
+//! The commit/recovery state machine: synchronous, I/O-free, one file.
+//!
+//! The async shell feeds it what it learned (what each sink and the position
+//! store say on start, and how each call it was told to make turned out) and
+//! carries out the [`Action`]s it returns. Because nothing here does I/O, a
+//! test can stop after any action, throw the core away as a crash would, and
+//! start a new one from what was durable: see the crash tests at the bottom.
+//!
+//! The invariants it keeps (numbers from the design brief):
+//! 1. A checkpoint moves only after a sink acknowledged a durable commit.
+//! 2. Per sink and table, batches commit in position order, one at a time.
+//! 3. On start a sink with `positions` is asked and wins over the store,
+//!    which is then repaired to match.
+//! 4. The source resumes from the minimum committed position over all sinks;
+//!    a replayed change already committed for a sink is never re-applied.
+//! 6. Every commit carries this run's fencing epoch.
+//! 8. The commit policy is evaluated before any checkpoint moves.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::position::Position;
+
+/// Index of a sink in the pipeline's sink list.
+pub type SinkId = usize;
+
+/// What the core needs to know about a sink.
+#[derive(Clone, Debug)]
+pub struct SinkSpec {
+    pub name: String,
+    /// A required sink that fails stops the pipeline; an optional one is
+    /// disabled for the rest of the run and the others go on.
+    pub required: bool,
+    /// The sink exports `positions`: it stores positions with its data.
+    pub positioned: bool,
+}
+
+/// Which sinks must have committed before the source checkpoint moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CommitPolicy {
+    /// Every required sink.
+    #[default]
+    Required,
+    /// Every sink, required or not.
+    All,
+    /// A majority of all sinks.
+    Quorum,
+}
+
+/// Where a sink's committed position for a table came from on start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The sink's `positions` capability (authoritative).
+    Sink,
+    /// The host's out-of-sink position store.
+    Store,
+    /// Committed during this run.
+    ThisRun,
+}
+
+/// How a sink call ended badly, as far as the core cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The batch can never be written.
+    Poison,
+    /// A newer host owns the destination.
+    Fenced,
+    /// The sink cannot go on: fatal error, trap, deadline, memory limit, or
+    /// retries exhausted.
+    Broken,
+}
+
+/// A failed sink call, with the sentence to show the operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// A commit the core asks a sink to make.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitRequest {
+    pub table: String,
+    pub high: Position,
+    pub pipeline: String,
+    pub epoch: u64,
+}
+
+/// What the shell must do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send the offered batch to the sink, keeping only changes whose
+    /// position is after `after` (those at or before it are committed there
+    /// already and must not be applied twice).
+    Stage {
+        sink: SinkId,
+        table: String,
+        after: Option<Position>,
+    },
+    /// Ask the sink to make what it staged for the table durable.
+    Commit {
+        sink: SinkId,
+        request: CommitRequest,
+    },
+    /// Write (or with `None` clear) the sink's position for a table in the
+    /// out-of-sink store, durably.
+    Record {
+        sink: SinkId,
+        table: String,
+        position: Option<Position>,
+    },
+    /// Every sink the policy requires has committed up to here: the source
+    /// may release it (Postgres: `confirmed_flush_lsn`).
+    Checkpoint { position: Position },
+    /// An optional sink failed; it takes no more batches in this run.
+    Disable { sink: SinkId, reason: String },
+}
+
+/// What the shell learned from carrying out an action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Staged { sink: SinkId },
+    Committed { sink: SinkId },
+    Recorded { sink: SinkId },
+    Failed { sink: SinkId, failure: Failure },
+}
+
+/// The pipeline must stop: a required sink failed, or a sink was fenced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stop {
+    pub sink: String,
+    pub table: String,
+    pub low: Position,
+    pub high: Position,
+    pub failure: Failure,
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.failure.kind {
+            FailureKind::Poison => "refused the batch as poison",
+            FailureKind::Fenced => "was fenced by a newer run",
+            FailureKind::Broken => "failed",
+        };
+        write!(
+            f,
+            "sink `{}` {what} for table `{}` at positions {}..={}: {}; nothing was advanced past {}",
+            self.sink, self.table, self.low, self.high, self.failure.message, self.low
+        )
+    }
+}
+
+impl std::error::Error for Stop {}
+
+/// Where the source must resume for every sink to get what it lacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resume {
+    FromStart,
+    After(Position),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    Staging,
+    Committing,
+    Recording,
+    Done,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    table: String,
+    low: Position,
+    high: Position,
+    steps: BTreeMap<SinkId, Step>,
+}
+
+#[derive(Debug)]
+struct SinkSlot {
+    spec: SinkSpec,
+    committed: BTreeMap<String, (Position, Origin)>,
+    disabled: Option<String>,
+}
+
+/// The state machine for one pipeline run.
+#[derive(Debug)]
+pub struct Core {
+    pipeline: String,
+    epoch: u64,
+    policy: CommitPolicy,
+    tables: Vec<String>,
+    sinks: Vec<SinkSlot>,
+    in_flight: Option<InFlight>,
+    checkpoint: Option<Position>,
+}
+
+impl Core {
+    pub fn new(
+        pipeline: impl Into<String>,
+        epoch: u64,
+        policy: CommitPolicy,
+        tables: Vec<String>,
+        sinks: Vec<SinkSpec>,
+    ) -> Self {
+        Core {
+            pipeline: pipeline.into(),
+            epoch,
+            policy,
+            tables,
+            sinks: sinks
+                .into_iter()
+                .map(|spec| SinkSlot {
+                    spec,
+                    committed: BTreeMap::new(),
+                    disabled: None,
+                })
+                .collect(),
+            in_flight: None,
+            checkpoint: None,
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn sink_spec(&self, sink: SinkId) -> &SinkSpec {
+        &self.sinks[sink].spec
+    }
+
+    /// Tells the core what the sink (if it has `positions`) and the store
+    /// say about one table. Returns the store repairs to make: the sink wins.
+    pub fn recover(
+        &mut self,
+        sink: SinkId,
+        table: &str,
+        from_sink: Option<Position>,
+        from_store: Option<Position>,
+    ) -> Vec<Action> {
+        let slot = &mut self.sinks[sink];
+        let (position, origin, repair) = if slot.spec.positioned {
+            let repair = (from_sink != from_store).then(|| Action::Record {
+                sink,
+                table: table.to_string(),
+                position: from_sink.clone(),
+            });
+            (from_sink, Origin::Sink, repair)
+        } else {
+            (from_store, Origin::Store, None)
+        };
+        match position {
+            Some(p) => {
+                slot.committed.insert(table.to_string(), (p, origin));
+            }
+            None => {
+                slot.committed.remove(table);
+            }
+        }
+        repair.into_iter().collect()
+    }
+
+    /// The position every sink has committed for every table, or `FromStart`
+    /// when some sink lacks some table entirely.
+    pub fn resume(&self) -> Resume {
+        let mut lowest: Option<&Position> = None;
+        for slot in &self.sinks {
+            for table in &self.tables {
+                match slot.committed.get(table) {
+                    None => return Resume::FromStart,
+                    Some((p, _)) => {
+                        if lowest.is_none_or(|l| p < l) {
+                            lowest = Some(p);
+                        }
+                    }
+                }
+            }
+        }
+        match lowest {
+            Some(p) => Resume::After(p.clone()),
+            None => Resume::FromStart,
+        }
+    }
+
+    /// A sink's committed position for a table and where it came from.
+    pub fn committed(&self, sink: SinkId, table: &str) -> Option<(&Position, Origin)> {
+        self.sinks[sink]
+            .committed
+            .get(table)
+            .map(|(p, origin)| (p, *origin))
+    }
+
+    pub fn is_disabled(&self, sink: SinkId) -> Option<&str> {
+        self.sinks[sink].disabled.as_deref()
+    }
+
+    /// Keeps a sink out of this run from the start (it could not be loaded);
+    /// its positions stay as recovered, so a later run replays for it.
+    pub fn disable(&mut self, sink: SinkId, reason: String) {
+        self.sinks[sink].disabled = Some(reason);
+    }
+
+    pub fn checkpoint(&self) -> Option<&Position> {
+        self.checkpoint.as_ref()
+    }
+
+    /// Offers the next batch of one table: its first change's position and
+    /// the position the table stands at once it is committed. Returns the
+    /// stage actions for the sinks that do not have it yet. A sink already at
+    /// or past `high` gets nothing: the batch is a replay for it.
+    ///
+    /// Panics if a batch is still in flight: batches go one at a time.
+    pub fn offer(&mut self, table: &str, low: Position, high: Position) -> Vec<Action> {
+        assert!(
+            self.in_flight.is_none(),
+            "a batch is still in flight; finish it before offering another"
+        );
+        let mut steps = BTreeMap::new();
+        let mut actions = Vec::new();
+        for (sink, slot) in self.sinks.iter().enumerate() {
+            if slot.disabled.is_some() {
+                continue;
+            }
+            let after = slot.committed.get(table).map(|(p, _)| p.clone());
+            if after.as_ref().is_some_and(|a| *a >= high) {
+                continue;
+            }
+            steps.insert(sink, Step::Staging);
+            actions.push(Action::Stage {
+                sink,
+                table: table.to_string(),
+                after,
+            });
+        }
+        self.in_flight = Some(InFlight {
+            table: table.to_string(),
+            low,
+            high,
+            steps,
+        });
+        actions.extend(self.settle_if_done());
+        actions
+    }
+
+    /// True while an offered batch has sinks that have not finished with it.
+    pub fn busy(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Feeds back how an action turned out.
+    pub fn handle(&mut self, event: Event) -> Result<Vec<Action>, Stop> {
+        let flight = self
+            .in_flight
+            .as_mut()
+            .expect("an event arrived with no batch in flight");
+        let mut actions = Vec::new();
+        match event {
+            Event::Staged { sink } => {
+                advance(&mut flight.steps, sink, Step::Staging, Step::Committing);
+                actions.push(Action::Commit {
+                    sink,
+                    request: CommitRequest {
+                        table: flight.table.clone(),
+                        high: flight.high.clone(),
+                        pipeline: self.pipeline.clone(),
+                        epoch: self.epoch,
+                    },
+                });
+            }
+            Event::Committed { sink } => {
+                advance(&mut flight.steps, sink, Step::Committing, Step::Recording);
+                // The sink has it durably: from here on a replay must skip it,
+                // whether or not the store write below survives a crash.
+                self.sinks[sink]
+                    .committed
+                    .insert(flight.table.clone(), (flight.high.clone(), Origin::ThisRun));
+                actions.push(Action::Record {
+                    sink,
+                    table: flight.table.clone(),
+                    position: Some(flight.high.clone()),
+                });
+            }
+            Event::Recorded { sink } => {
+                advance(&mut flight.steps, sink, Step::Recording, Step::Done);
+            }
+            Event::Failed { sink, failure } => {
+                let slot = &mut self.sinks[sink];
+                if slot.spec.required || failure.kind == FailureKind::Fenced {
+                    return Err(Stop {
+                        sink: slot.spec.name.clone(),
+                        table: flight.table.clone(),
+                        low: flight.low.clone(),
+                        high: flight.high.clone(),
+                        failure,
+                    });
+                }
+                let reason = format!(
+                    "table `{}` at positions {}..={}: {}",
+                    flight.table, flight.low, flight.high, failure.message
+                );
+                slot.disabled = Some(reason.clone());
+                flight.steps.remove(&sink);
+                actions.push(Action::Disable { sink, reason });
+            }
+        }
+        actions.extend(self.settle_if_done());
+        Ok(actions)
+    }
+
+    /// Closes the batch once every sink is done with it, and moves the
+    /// checkpoint if the policy allows.
+    fn settle_if_done(&mut self) -> Vec<Action> {
+        let done = self
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.steps.values().all(|s| *s == Step::Done));
+        if !done {
+            return Vec::new();
+        }
+        self.in_flight = None;
+        match self.policy_position() {
+            Some(p) if self.checkpoint.as_ref().is_none_or(|c| p > *c) => {
+                self.checkpoint = Some(p.clone());
+                vec![Action::Checkpoint { position: p }]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The position up to which the policy's sinks have all committed, over
+    /// every table.
+    fn policy_position(&self) -> Option<Position> {
+        let per_sink: Vec<(bool, Option<Position>)> = self
+            .sinks
+            .iter()
+            .map(|slot| {
+                let mut lowest: Option<Position> = None;
+                for table in &self.tables {
+                    let p = slot.committed.get(table).map(|(p, _)| p.clone());
+                    match p {
+                        None => return (slot.spec.required, None),
+                        Some(p) => {
+                            if lowest.as_ref().is_none_or(|l| p < *l) {
+                                lowest = Some(p);
+                            }
+                        }
+                    }
+                }
+                (slot.spec.required, lowest)
+            })
+            .collect();
+        match self.policy {
+            CommitPolicy::Required => {
+                let required: Vec<_> = per_sink.iter().filter(|(r, _)| *r).collect();
+                if required.is_empty() {
+                    // With no required sink, "required" degrades to "all":
+                    // acknowledging what nobody committed would lose it.
+                    return min_all(per_sink.iter());
+                }
+                min_all(required.into_iter())
+            }
+            CommitPolicy::All => min_all(per_sink.iter()),
+            CommitPolicy::Quorum => {
+                let needed = self.sinks.len() / 2 + 1;
+                let mut reached: Vec<Position> =
+                    per_sink.iter().filter_map(|(_, p)| p.clone()).collect();
+                if reached.len() < needed {
+                    return None;
+                }
+                reached.sort_by(|a, b| b.cmp(a));
+                Some(reached[needed - 1].clone())
+            }
+        }
+    }
+}
+
+fn min_all<'a>(sinks: impl Iterator<Item = &'a (bool, Option<Position>)>) -> Option<Position> {
+    let mut lowest: Option<Position> = None;
+    for (_, p) in sinks {
+        let p = p.as_ref()?;
+        if lowest.as_ref().is_none_or(|l| p < l) {
+            lowest = Some(p.clone());
+        }
+    }
+    lowest
+}
+
+fn advance(steps: &mut BTreeMap<SinkId, Step>, sink: SinkId, from: Step, to: Step) {
+    let step = steps
+        .get_mut(&sink)
+        .unwrap_or_else(|| panic!("sink {sink} is not part of the batch in flight"));
+    assert_eq!(*step, from, "sink {sink}: event out of order");
+    *step = to;
+}
+
+#[cfg(test)]
+mod tests;

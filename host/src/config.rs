@@ -1,0 +1,487 @@
+//! Pipeline configuration: YAML, `${VAR}` from the environment, validated up
+//! front with errors that name the field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::commit::CommitPolicy;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read pipeline config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {detail}")]
+    Invalid { path: PathBuf, detail: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// The pipeline's id: positions and epochs are kept under it.
+    pub pipeline: String,
+    /// Where the position store and the component cache live.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    pub source: SourceConfig,
+    #[serde(default)]
+    pub batch: BatchConfig,
+    #[serde(default)]
+    pub commit_policy: PolicyName,
+    /// Context columns to materialize in the destination.
+    #[serde(default)]
+    pub metadata: Vec<MetadataConfig>,
+    /// Per-table mapping onto destinations, keyed by source table name.
+    #[serde(default)]
+    pub tables: BTreeMap<String, TableConfig>,
+    pub sinks: Vec<SinkConfig>,
+    /// The folder relative paths are resolved against (the config file's).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from(".weir")
+}
+
+/// Exactly one source kind must be given.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// The built-in deterministic change generator.
+    pub generator: Option<GeneratorSourceConfig>,
+}
+
+impl SourceConfig {
+    pub fn generator(&self) -> &GeneratorSourceConfig {
+        self.generator
+            .as_ref()
+            .expect("validated: the source is the generator")
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorSourceConfig {
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Stop after this many changes; absent means run until stopped.
+    pub max_changes: Option<u64>,
+    /// Pause between transactions, to make an endless stream gentle.
+    #[serde(default)]
+    pub pace_us: u64,
+}
+
+fn default_seed() -> u64 {
+    42
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    #[serde(default = "default_max_rows")]
+    pub max_rows: usize,
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: usize,
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
+    /// How often idle tables are committed at the current position, so that
+    /// they never hold back recovery or the source's acknowledgement.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+}
+
+fn default_max_rows() -> usize {
+    10_000
+}
+fn default_max_bytes() -> usize {
+    16 << 20
+}
+fn default_linger_ms() -> u64 {
+    500
+}
+fn default_heartbeat_ms() -> u64 {
+    5_000
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_rows: default_max_rows(),
+            max_bytes: default_max_bytes(),
+            linger_ms: default_linger_ms(),
+            heartbeat_ms: default_heartbeat_ms(),
+        }
+    }
+}
+
+impl BatchConfig {
+    pub fn linger(&self) -> Duration {
+        Duration::from_millis(self.linger_ms)
+    }
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyName {
+    #[default]
+    Required,
+    All,
+    Quorum,
+}
+
+impl From<PolicyName> for CommitPolicy {
+    fn from(p: PolicyName) -> Self {
+        match p {
+            PolicyName::Required => CommitPolicy::Required,
+            PolicyName::All => CommitPolicy::All,
+            PolicyName::Quorum => CommitPolicy::Quorum,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// One of op, pos, commit_ts, ingest_ts, snapshot, phase.
+    pub from: String,
+    /// The destination column name.
+    #[serde(rename = "as")]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableConfig {
+    #[serde(default)]
+    pub mode: TableMode,
+    /// Destination name; defaults to the source name.
+    #[serde(rename = "as")]
+    pub destination: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TableMode {
+    #[default]
+    Upsert,
+    Append,
+}
+
+impl TableMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableMode::Upsert => "upsert",
+            TableMode::Append => "append",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    pub name: String,
+    /// Path to the sink's `.wasm` component.
+    pub plugin: PathBuf,
+    /// Refuse the plugin unless its sha256 is this.
+    pub sha256: Option<String>,
+    /// A required sink that fails stops the pipeline; an optional one is
+    /// disabled and the rest go on.
+    #[serde(default = "yes")]
+    pub required: bool,
+    pub blob_store: BlobStoreConfig,
+    /// Passed to the sink's `open` as is.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// How often a retryable error is retried before the sink counts as failed.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_retries() -> u32 {
+    5
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlobStoreConfig {
+    /// A folder (relative to the config file), `file://`, `memory://`, or an
+    /// object store URL such as `s3://bucket/prefix`.
+    pub url: String,
+    /// Options for the object store (`aws_region`, `aws_endpoint`, ...).
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: u64,
+    #[serde(default = "default_call_timeout_ms")]
+    pub call_timeout_ms: u64,
+}
+
+fn default_memory_mb() -> u64 {
+    512
+}
+fn default_call_timeout_ms() -> u64 {
+    60_000
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            memory_mb: default_memory_mb(),
+            call_timeout_ms: default_call_timeout_ms(),
+        }
+    }
+}
+
+const METADATA_FIELDS: [&str; 6] = ["op", "pos", "commit_ts", "ingest_ts", "snapshot", "phase"];
+
+impl PipelineConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        Self::parse(&text, path, &base_dir, |name| std::env::var(name).ok())
+    }
+
+    /// Parses and validates; `env` looks up `${VAR}` references.
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        base_dir: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let invalid = |detail: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let expanded = interpolate(text, &env).map_err(invalid)?;
+        let mut config: PipelineConfig =
+            serde_yaml::from_str(&expanded).map_err(|e| invalid(e.to_string()))?;
+        config.base_dir = base_dir.to_path_buf();
+        config.validate().map_err(invalid)?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        check_name("pipeline", &self.pipeline)?;
+        if self.source.generator.is_none() {
+            return Err("source: name one source kind (`generator`)".into());
+        }
+        if self.sinks.is_empty() {
+            return Err("sinks: at least one sink is needed".into());
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, sink) in self.sinks.iter().enumerate() {
+            check_name(&format!("sinks[{i}].name"), &sink.name)?;
+            if !names.insert(&sink.name) {
+                return Err(format!("sinks[{i}].name: `{}` is used twice", sink.name));
+            }
+            if sink.limits.memory_mb == 0
+                || sink.limits.memory_mb << 20 > crate::runtime::engine::MAX_PLUGIN_MEMORY as u64
+            {
+                return Err(format!(
+                    "sinks[{i}].limits.memory_mb: {} is outside 1..={}",
+                    sink.limits.memory_mb,
+                    crate::runtime::engine::MAX_PLUGIN_MEMORY >> 20
+                ));
+            }
+            if sink.limits.call_timeout_ms < 10 {
+                return Err(format!(
+                    "sinks[{i}].limits.call_timeout_ms: {} is below 10",
+                    sink.limits.call_timeout_ms
+                ));
+            }
+            if sink.blob_store.url.trim().is_empty() {
+                return Err(format!("sinks[{i}].blob_store.url: empty"));
+            }
+        }
+        if self.batch.max_rows == 0 {
+            return Err("batch.max_rows: must be at least 1".into());
+        }
+        if self.batch.max_bytes < 1024 {
+            return Err("batch.max_bytes: must be at least 1024".into());
+        }
+        if self.batch.heartbeat_ms == 0 {
+            return Err("batch.heartbeat_ms: must be at least 1".into());
+        }
+        for (i, m) in self.metadata.iter().enumerate() {
+            if !METADATA_FIELDS.contains(&m.from.as_str()) {
+                return Err(format!(
+                    "metadata[{i}].from: `{}` is not one of {}",
+                    m.from,
+                    METADATA_FIELDS.join(", ")
+                ));
+            }
+            if m.name.is_empty() || m.name.starts_with("__") {
+                return Err(format!(
+                    "metadata[{i}].as: `{}` must be non-empty and not start with `__` (reserved)",
+                    m.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base_dir.join(path)
+        }
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.resolve(&self.state_dir)
+    }
+
+    pub fn store_path(&self) -> PathBuf {
+        self.state_dir().join("positions.redb")
+    }
+
+    pub fn cache_dir(&self) -> PathBuf {
+        self.state_dir().join("component-cache")
+    }
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field}: `{name}` must be 1-128 characters of letters, digits, `-`, `_` or `.`"
+        ))
+    }
+}
+
+/// Replaces `${VAR}` and `${VAR:-default}`; `$${` stays a literal `${`.
+fn interpolate(text: &str, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(stripped) = after.strip_prefix("${") {
+            out.push_str("${");
+            rest = stripped;
+            continue;
+        }
+        let Some(body) = after.strip_prefix('{') else {
+            out.push('$');
+            rest = after;
+            continue;
+        };
+        let Some(end) = body.find('}') else {
+            let line = text[..text.len() - rest.len() + i].lines().count().max(1);
+            return Err(format!("line {line}: `${{` without a closing `}}`"));
+        };
+        let reference = &body[..end];
+        let (name, default) = match reference.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (reference, None),
+        };
+        match (env(name), default) {
+            (Some(value), _) => out.push_str(&value),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                let line = text[..text.len() - rest.len() + i].lines().count().max(1);
+                return Err(format!(
+                    "line {line}: environment variable `{name}` is not set (write `${{{name}:-default}}` to give a default)"
+                ));
+            }
+        }
+        rest = &body[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+pipeline: demo
+source:
+  generator: { seed: 7, max_changes: 100 }
+metadata:
+  - { from: commit_ts, as: committed_at }
+sinks:
+  - name: lake
+    plugin: ${PLUGINS}/parquet.wasm
+    blob_store: { url: "${OUT:-out}/lake" }
+"#;
+
+    fn parse(text: &str, env: &[(&str, &str)]) -> Result<PipelineConfig, ConfigError> {
+        let vars: BTreeMap<String, String> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        PipelineConfig::parse(text, Path::new("p.yaml"), Path::new("/base"), |n| {
+            vars.get(n).cloned()
+        })
+    }
+
+    #[test]
+    fn parses_with_environment_and_defaults() {
+        let c = parse(GOOD, &[("PLUGINS", "/plugins")]).unwrap();
+        assert_eq!(c.sinks[0].plugin, PathBuf::from("/plugins/parquet.wasm"));
+        assert_eq!(c.sinks[0].blob_store.url, "out/lake");
+        assert!(c.sinks[0].required);
+        assert_eq!(c.batch.max_rows, 10_000);
+        assert_eq!(c.store_path(), PathBuf::from("/base/.weir/positions.redb"));
+    }
+
+    #[test]
+    fn errors_name_the_field_or_variable() {
+        let err = parse(GOOD, &[]).unwrap_err().to_string();
+        assert!(err.contains("`PLUGINS`") && err.contains("line 9"), "{err}");
+
+        let typo = GOOD.replace("blob_store:", "blob_stor:");
+        let err = parse(&typo, &[("PLUGINS", "/p")]).unwrap_err().to_string();
+        assert!(err.contains("blob_stor"), "{err}");
+
+        let bad_meta = GOOD.replace("commit_ts", "commit_time");
+        let err = parse(&bad_meta, &[("PLUGINS", "/p")]).unwrap_err().to_string();
+        assert!(err.contains("metadata[0].from") && err.contains("commit_time"), "{err}");
+
+        let dup = format!(
+            "{GOOD}  - name: lake\n    plugin: x.wasm\n    blob_store: {{ url: memory:// }}\n"
+        );
+        let err = parse(&dup, &[("PLUGINS", "/p")]).unwrap_err().to_string();
+        assert!(err.contains("sinks[1].name") && err.contains("twice"), "{err}");
+
+        let limits = GOOD.replace(
+            "    blob_store:",
+            "    limits: { memory_mb: 99999 }\n    blob_store:",
+        );
+        let err = parse(&limits, &[("PLUGINS", "/p")]).unwrap_err().to_string();
+        assert!(err.contains("sinks[0].limits.memory_mb"), "{err}");
+    }
+}

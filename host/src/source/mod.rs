@@ -1,0 +1,59 @@
+//! Sources: where row changes come from, in position order, one whole
+//! transaction at a time.
+
+pub mod generator;
+
+use std::sync::Arc;
+
+use crate::change::{TableSchema, Transaction};
+use crate::position::Position;
+
+/// A source of row changes in position order.
+pub trait Source: Send {
+    /// Every table this source can emit, known up front.
+    fn tables(&self) -> Vec<Arc<TableSchema>>;
+
+    /// Skip everything at or before `after` (None = from the beginning).
+    /// Called once, before the first `next_transaction`.
+    fn resume_after(&mut self, after: Option<&Position>) -> Result<(), SourceError>;
+
+    /// The next whole transaction, or Ok(None) when a bounded source is exhausted.
+    /// When resuming inside a transaction, this is the part of it after the resume position.
+    fn next_transaction(&mut self) -> Result<Option<Transaction>, SourceError>;
+
+    /// The source's current head (the last position it has, or will produce
+    /// in bounded mode), for lag reporting.
+    fn head(&self) -> Option<Position>;
+
+    /// Every required sink has durably committed up to `pos`: the source may
+    /// release what lies at or before it (Postgres: `confirmed_flush_lsn`).
+    fn acknowledge(&mut self, pos: &Position) -> Result<(), SourceError>;
+}
+
+/// Why a source could not go on.
+#[derive(thiserror::Error, Debug)]
+pub enum SourceError {
+    /// The source cannot start where it was asked to (the position is not
+    /// one of its own, or what lies after it has already been released).
+    #[error("cannot resume after position {position}: {reason}")]
+    Resume { position: Position, reason: String },
+    /// The source could not be reached or dropped the connection; retrying may help.
+    #[error("source unavailable: {0}")]
+    Unavailable(String),
+    /// The source sent something that cannot be turned into changes
+    /// (unknown table, undecodable value, protocol violation).
+    #[error("source sent invalid data: {0}")]
+    Invalid(String),
+    /// The source is configured in a way it cannot work with.
+    #[error("source misconfigured: {0}")]
+    Config(String),
+    #[error("source I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl SourceError {
+    /// Whether retrying the same call later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SourceError::Unavailable(_) | SourceError::Io(_))
+    }
+}

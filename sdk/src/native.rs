@@ -1,0 +1,501 @@
+//! Run a sink natively, without WebAssembly: for unit tests of a sink and for
+//! measuring what the sandbox costs.
+//!
+//! [`NativeSink`] takes the same inputs the host sends to a plugin (batch
+//! header plus Arrow IPC stream bytes) and decodes them with the same code the
+//! WebAssembly build uses, so a test through it exercises what runs in
+//! production. The blob store is a local directory with the host's path
+//! rules.
+//!
+//! ```no_run
+//! use weir_sdk::native::{NativeSink, encode_ipc};
+//! # use weir_sdk::{BatchMeta, CommitRequest, Table, Sink, Batch, Result};
+//! # #[derive(Default)] struct MySink;
+//! # impl Sink for MySink {
+//! #     fn write(&mut self, _: Batch) -> Result<()> { Ok(()) }
+//! #     fn commit(&mut self, _: CommitRequest) -> Result<()> { Ok(()) }
+//! # }
+//! # fn records() -> weir_sdk::RecordBatch { unimplemented!() }
+//! let mut sink = NativeSink::new(MySink::default(), "/tmp/weir-test");
+//! sink.open("p1", &[("prefix".into(), "out".into())])?;
+//! let rows = records(); // with `__op` and `__pos` columns
+//! let meta = BatchMeta {
+//!     table: Table::new("public.orders"),
+//!     id: "b1".into(),
+//!     low: vec![1],
+//!     high: vec![2],
+//!     rows: rows.num_rows() as u32,
+//! };
+//! sink.write(meta, &encode_ipc(&rows))?;
+//! sink.commit(CommitRequest {
+//!     table: "public.orders".into(),
+//!     high: vec![2],
+//!     pipeline: "p1".into(),
+//!     epoch: 1,
+//! })?;
+//! # Ok::<(), weir_sdk::SinkError>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crate::{Batch, BatchMeta, CommitRequest, Committed, Config, Positions, RecordBatch, Result, Sink};
+
+/// A sink running natively, with a local directory as its blob store.
+///
+/// Every call installs the directory as the store that
+/// [`weir_sdk::blob`](crate::blob) uses for the duration of the call (on the
+/// calling thread), so tests running in parallel each see their own root.
+#[derive(Debug)]
+pub struct NativeSink<S> {
+    sink: S,
+    root: PathBuf,
+}
+
+impl<S: Sink> NativeSink<S> {
+    /// Wraps `sink`, giving it `blob_root` as its blob store root. The
+    /// directory is created when the sink first writes.
+    pub fn new(sink: S, blob_root: impl Into<PathBuf>) -> Self {
+        NativeSink {
+            sink,
+            root: blob_root.into(),
+        }
+    }
+
+    /// Calls [`Sink::open`] with the configuration as the host passes it.
+    pub fn open(&mut self, pipeline: &str, config: &[(String, String)]) -> Result<()> {
+        let config: Config = config.iter().cloned().collect();
+        let sink = &mut self.sink;
+        with_blob_root(&self.root, || sink.open(pipeline, &config))
+    }
+
+    /// Decodes `ipc` (an Arrow IPC stream) like the WebAssembly glue does and
+    /// calls [`Sink::write`]. Decoding failures are [`SinkError::Poison`](crate::SinkError::Poison).
+    pub fn write(&mut self, meta: BatchMeta, ipc: &[u8]) -> Result<()> {
+        let batch = Batch::decode(meta, ipc)?;
+        let sink = &mut self.sink;
+        with_blob_root(&self.root, || sink.write(batch))
+    }
+
+    /// Calls [`Sink::commit`].
+    pub fn commit(&mut self, request: CommitRequest) -> Result<()> {
+        let sink = &mut self.sink;
+        with_blob_root(&self.root, || sink.commit(request))
+    }
+
+    /// Calls [`Sink::abort`].
+    pub fn abort(&mut self, table: &str) {
+        let sink = &mut self.sink;
+        with_blob_root(&self.root, || sink.abort(table))
+    }
+
+    /// The blob store root.
+    pub fn blob_root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The wrapped sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    /// The wrapped sink, mutably.
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
+    /// Gives the wrapped sink back.
+    pub fn into_inner(self) -> S {
+        self.sink
+    }
+}
+
+impl<S: Positions> NativeSink<S> {
+    /// Calls [`Positions::committed`].
+    pub fn committed(&mut self, pipeline: &str, table: &str) -> Result<Option<Committed>> {
+        let sink = &mut self.sink;
+        with_blob_root(&self.root, || sink.committed(pipeline, table))
+    }
+}
+
+/// Runs `f` with `root` as the blob store of [`weir_sdk::blob`](crate::blob)
+/// on this thread, for example to read back in a test what a sink wrote.
+/// Outside of this (and of [`NativeSink`] calls) blob calls fail with
+/// [`BlobError::Denied`](crate::BlobError::Denied).
+pub fn with_blob_root<R>(root: &Path, f: impl FnOnce() -> R) -> R {
+    let _restore = store::install(root.to_path_buf());
+    f()
+}
+
+/// Encodes rows as an Arrow IPC stream, the form the host sends to
+/// [`Sink::write`]. Panics only if Arrow cannot encode the batch.
+pub fn encode_ipc(batch: &RecordBatch) -> Vec<u8> {
+    let mut writer = arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())
+        .expect("Arrow IPC stream header");
+    writer.write(batch).expect("Arrow IPC record batch");
+    writer.into_inner().expect("Arrow IPC stream end")
+}
+
+/// The native blob backend: a local directory.
+pub(crate) mod store {
+    use std::cell::RefCell;
+    use std::fs;
+    use std::io::{self, Read, Seek, SeekFrom, Write};
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use crate::blob::{BlobError, ObjectMeta};
+
+    /// Marks temporary files; `list` skips them.
+    const TEMP_MARK: &str = ".weir-tmp.";
+
+    thread_local! {
+        static ROOT: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+    }
+
+    pub(crate) struct Restore(Option<PathBuf>);
+
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            ROOT.with(|r| *r.borrow_mut() = previous);
+        }
+    }
+
+    pub(crate) fn install(root: PathBuf) -> Restore {
+        Restore(ROOT.with(|r| r.borrow_mut().replace(root)))
+    }
+
+    fn root() -> Result<PathBuf, BlobError> {
+        ROOT.with(|r| r.borrow().clone()).ok_or_else(|| {
+            BlobError::Denied(
+                "no blob store granted: run the sink through weir_sdk::native::NativeSink".into(),
+            )
+        })
+    }
+
+    /// Checks a relative path against the host's rules.
+    fn check(path: &str) -> Result<(), BlobError> {
+        let deny = |why: &str| Err(BlobError::Denied(format!("{path:?}: {why}")));
+        if path.is_empty() {
+            return deny("empty path");
+        }
+        if path.starts_with('/') {
+            return deny("absolute path");
+        }
+        if path.contains('\\') {
+            return deny("backslash in path");
+        }
+        if path.contains('\0') {
+            return deny("NUL in path");
+        }
+        for segment in path.split('/') {
+            match segment {
+                "" => return deny("empty segment"),
+                "." | ".." => return deny("`.` or `..` segment"),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses links anywhere under the root on the way to `rel`, so nothing
+    /// can lead out of the root.
+    fn no_links(root: &Path, rel: &str) -> Result<(), BlobError> {
+        let mut at = root.to_path_buf();
+        for segment in rel.split('/') {
+            at.push(segment);
+            match fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(BlobError::Denied(format!("{rel:?}: leads through a link")));
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve(path: &str) -> Result<PathBuf, BlobError> {
+        check(path)?;
+        let root = root()?;
+        no_links(&root, path)?;
+        Ok(root.join(path))
+    }
+
+    fn io_error(path: &str, e: io::Error) -> BlobError {
+        match e.kind() {
+            io::ErrorKind::NotFound => BlobError::NotFound(path.to_string()),
+            _ => BlobError::Io(format!("{path}: {e}")),
+        }
+    }
+
+    pub fn get(path: &str) -> Result<Vec<u8>, BlobError> {
+        let full = resolve(path)?;
+        if full.is_dir() {
+            return Err(BlobError::NotFound(path.to_string()));
+        }
+        fs::read(&full).map_err(|e| io_error(path, e))
+    }
+
+    pub fn get_range(path: &str, offset: u64, len: u64) -> Result<Vec<u8>, BlobError> {
+        let full = resolve(path)?;
+        if full.is_dir() {
+            return Err(BlobError::NotFound(path.to_string()));
+        }
+        let mut file = fs::File::open(&full).map_err(|e| io_error(path, e))?;
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| io_error(path, e))?;
+        let mut out = Vec::new();
+        file.take(len)
+            .read_to_end(&mut out)
+            .map_err(|e| io_error(path, e))?;
+        Ok(out)
+    }
+
+    /// Writes `data` to a fresh temporary file next to `full` and syncs it.
+    fn write_temp(path: &str, full: &Path, data: &[u8]) -> Result<PathBuf, BlobError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let parent = full.parent().expect("a resolved path has a parent");
+        fs::create_dir_all(parent).map_err(|e| io_error(path, e))?;
+        let name = full
+            .file_name()
+            .expect("a resolved path has a file name")
+            .to_string_lossy();
+        let temp = parent.join(format!(
+            ".{name}{TEMP_MARK}{}.{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut file = fs::File::create_new(&temp)?;
+            file.write_all(data)?;
+            file.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&temp);
+            return Err(io_error(path, e));
+        }
+        Ok(temp)
+    }
+
+    pub fn put(path: &str, data: &[u8]) -> Result<(), BlobError> {
+        let full = resolve(path)?;
+        let temp = write_temp(path, &full, data)?;
+        fs::rename(&temp, &full).map_err(|e| {
+            let _ = fs::remove_file(&temp);
+            io_error(path, e)
+        })
+    }
+
+    pub fn put_if_absent(path: &str, data: &[u8]) -> Result<(), BlobError> {
+        let full = resolve(path)?;
+        let temp = write_temp(path, &full, data)?;
+        // A hard link fails if the target exists: the check and the write are
+        // one atomic step.
+        let linked = fs::hard_link(&temp, &full);
+        let _ = fs::remove_file(&temp);
+        match linked {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Err(BlobError::AlreadyExists(path.to_string()))
+            }
+            Err(e) => Err(io_error(path, e)),
+        }
+    }
+
+    pub fn list(prefix: &str) -> Result<Vec<ObjectMeta>, BlobError> {
+        // The folder part of the prefix must be a valid path; the rest is
+        // matched as a plain string prefix.
+        let folder = match prefix.rfind('/') {
+            Some(i) => &prefix[..i],
+            None => "",
+        };
+        if !folder.is_empty() {
+            check(folder)?;
+        }
+        if prefix.contains('\\') || prefix.starts_with('/') {
+            return Err(BlobError::Denied(format!("{prefix:?}: malformed prefix")));
+        }
+        let root = root()?;
+        let start = if folder.is_empty() {
+            root.clone()
+        } else {
+            no_links(&root, folder)?;
+            root.join(folder)
+        };
+        let mut found = Vec::new();
+        walk(&start, folder, prefix, &mut found).map_err(|e| io_error(prefix, e))?;
+        Ok(found)
+    }
+
+    fn walk(dir: &Path, rel: &str, prefix: &str, found: &mut Vec<ObjectMeta>) -> io::Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                // Only descend where objects under the prefix can be.
+                let folder = format!("{path}/");
+                if folder.starts_with(prefix) || prefix.starts_with(&folder) {
+                    walk(&entry.path(), &path, prefix, found)?;
+                }
+            } else if kind.is_file() && !name.contains(TEMP_MARK) && path.starts_with(prefix) {
+                found.push(ObjectMeta {
+                    path,
+                    size: entry.metadata()?.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn delete(path: &str) -> Result<(), BlobError> {
+        let full = resolve(path)?;
+        match fs::remove_file(&full) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(path, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blob::{self, BlobError};
+
+    fn temp_root(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "weir-sdk-test-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn blob_calls_need_a_root() {
+        assert!(matches!(blob::get("a"), Err(BlobError::Denied(_))));
+    }
+
+    #[test]
+    fn confinement() {
+        let root = temp_root("confine");
+        with_blob_root(&root, || {
+            for bad in [
+                "", "/etc/passwd", "a/../b", "../x", "./x", "a//b", "a/", "a\\b", "a/./b", "..",
+            ] {
+                assert!(
+                    matches!(blob::put(bad, b"x"), Err(BlobError::Denied(_))),
+                    "{bad:?} accepted by put"
+                );
+                assert!(
+                    matches!(blob::get(bad), Err(BlobError::Denied(_))),
+                    "{bad:?} accepted by get"
+                );
+            }
+            assert!(matches!(blob::list("/"), Err(BlobError::Denied(_))));
+            assert!(matches!(blob::list("../"), Err(BlobError::Denied(_))));
+        });
+        #[cfg(unix)]
+        {
+            let outside = temp_root("confine-outside");
+            std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+            with_blob_root(&root, || {
+                assert!(matches!(
+                    blob::put("link/x", b"x"),
+                    Err(BlobError::Denied(_))
+                ));
+            });
+            assert!(!outside.join("x").exists());
+            let _ = std::fs::remove_dir_all(&outside);
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn put_get_list_delete() {
+        let root = temp_root("crud");
+        with_blob_root(&root, || {
+            blob::put("t/a.bin", b"hello").unwrap();
+            blob::put("t/a.bin", b"hello world").unwrap();
+            blob::put("t/sub/b.bin", b"b").unwrap();
+            blob::put("tx/c.bin", b"c").unwrap();
+            assert_eq!(blob::get("t/a.bin").unwrap(), b"hello world");
+            assert_eq!(blob::get_range("t/a.bin", 6, 100).unwrap(), b"world");
+            assert_eq!(blob::get_range("t/a.bin", 0, 5).unwrap(), b"hello");
+            assert!(blob::get_range("t/a.bin", 50, 5).unwrap().is_empty());
+            assert!(matches!(blob::get("t/none"), Err(BlobError::NotFound(_))));
+            assert!(matches!(blob::get("t"), Err(BlobError::NotFound(_))));
+
+            let mut listed = blob::list("t/").unwrap();
+            listed.sort();
+            assert_eq!(
+                listed,
+                vec![
+                    blob::ObjectMeta {
+                        path: "t/a.bin".into(),
+                        size: 11
+                    },
+                    blob::ObjectMeta {
+                        path: "t/sub/b.bin".into(),
+                        size: 1
+                    },
+                ]
+            );
+            assert_eq!(blob::list("t").unwrap().len(), 3);
+            assert_eq!(blob::list("").unwrap().len(), 3);
+            assert_eq!(blob::list("t/a").unwrap().len(), 1);
+            assert!(blob::list("nothing/").unwrap().is_empty());
+
+            blob::delete("t/a.bin").unwrap();
+            blob::delete("t/a.bin").unwrap();
+            assert!(matches!(blob::get("t/a.bin"), Err(BlobError::NotFound(_))));
+        });
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn put_if_absent_conflicts() {
+        let root = temp_root("absent");
+        with_blob_root(&root, || {
+            blob::put_if_absent("x/1", b"first").unwrap();
+            assert_eq!(
+                blob::put_if_absent("x/1", b"second"),
+                Err(BlobError::AlreadyExists("x/1".into()))
+            );
+            assert_eq!(blob::get("x/1").unwrap(), b"first");
+            // No temporary files are left behind or listed.
+            assert_eq!(blob::list("").unwrap().len(), 1);
+            assert_eq!(std::fs::read_dir(root.join("x")).unwrap().count(), 1);
+        });
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn blob_error_maps_to_sink_error() {
+        use crate::SinkError;
+        assert!(matches!(
+            SinkError::from(BlobError::Io("x".into())),
+            SinkError::Retryable(_)
+        ));
+        for e in [
+            BlobError::NotFound("x".into()),
+            BlobError::AlreadyExists("x".into()),
+            BlobError::Denied("x".into()),
+        ] {
+            assert!(matches!(SinkError::from(e), SinkError::Fatal(_)));
+        }
+    }
+}
