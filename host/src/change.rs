@@ -68,7 +68,10 @@ pub struct TableSchema {
 
 impl TableSchema {
     pub fn key_names(&self) -> Vec<String> {
-        self.key.iter().map(|&i| self.columns[i].name.clone()).collect()
+        self.key
+            .iter()
+            .map(|&i| self.columns[i].name.clone())
+            .collect()
     }
 }
 

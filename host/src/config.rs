@@ -441,8 +441,10 @@ sinks:
 "#;
 
     fn parse(text: &str, env: &[(&str, &str)]) -> Result<PipelineConfig, ConfigError> {
-        let vars: BTreeMap<String, String> =
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let vars: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         PipelineConfig::parse(text, Path::new("p.yaml"), Path::new("/base"), |n| {
             vars.get(n).cloned()
         })
@@ -468,20 +470,30 @@ sinks:
         assert!(err.contains("blob_stor"), "{err}");
 
         let bad_meta = GOOD.replace("commit_ts", "commit_time");
-        let err = parse(&bad_meta, &[("PLUGINS", "/p")]).unwrap_err().to_string();
-        assert!(err.contains("metadata[0].from") && err.contains("commit_time"), "{err}");
+        let err = parse(&bad_meta, &[("PLUGINS", "/p")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("metadata[0].from") && err.contains("commit_time"),
+            "{err}"
+        );
 
         let dup = format!(
             "{GOOD}  - name: lake\n    plugin: x.wasm\n    blob_store: {{ url: memory:// }}\n"
         );
         let err = parse(&dup, &[("PLUGINS", "/p")]).unwrap_err().to_string();
-        assert!(err.contains("sinks[1].name") && err.contains("twice"), "{err}");
+        assert!(
+            err.contains("sinks[1].name") && err.contains("twice"),
+            "{err}"
+        );
 
         let limits = GOOD.replace(
             "    blob_store:",
             "    limits: { memory_mb: 99999 }\n    blob_store:",
         );
-        let err = parse(&limits, &[("PLUGINS", "/p")]).unwrap_err().to_string();
+        let err = parse(&limits, &[("PLUGINS", "/p")])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("sinks[0].limits.memory_mb"), "{err}");
     }
 }

@@ -33,7 +33,10 @@ pub fn hit(name: &str) {
         return;
     }
     if armed.hits.fetch_add(1, Ordering::SeqCst) + 1 == armed.at {
-        eprintln!("weir: failpoint {name}@{} reached, killing the process", armed.at);
+        eprintln!(
+            "weir: failpoint {name}@{} reached, killing the process",
+            armed.at
+        );
         // SAFETY: kill(2) on our own pid with a valid signal number.
         unsafe {
             libc::kill(libc::getpid(), libc::SIGKILL);

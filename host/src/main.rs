@@ -13,7 +13,11 @@ use weir::runtime::WasmEngine;
 use weir::runtime::plugin;
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "Exactly-once change data capture into WebAssembly sinks")]
+#[command(
+    name = "weir",
+    version,
+    about = "Exactly-once change data capture into WebAssembly sinks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -101,7 +105,10 @@ fn dispatch(command: Command) -> Result<ExitCode, String> {
             let report = pipeline::run(&config, &RunOptions { max_changes }, stop)
                 .map_err(|e| format!("pipeline `{}`: {e}", config.pipeline))?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).expect("serializable"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("serializable")
+                );
             } else {
                 println!(
                     "pipeline `{}` (epoch {}): {} changes in {} transactions, {} batches committed, checkpoint {}",
@@ -129,7 +136,10 @@ fn dispatch(command: Command) -> Result<ExitCode, String> {
             let config = PipelineConfig::load(&pipeline).map_err(|e| e.to_string())?;
             let status = weir::status::status(&config).map_err(|e| e.to_string())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&status).expect("serializable"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&status).expect("serializable")
+                );
             } else {
                 println!(
                     "pipeline `{}`, epoch {}, source head {}",
@@ -141,7 +151,11 @@ fn dispatch(command: Command) -> Result<ExitCode, String> {
                     println!(
                         "sink `{}` ({}, {}){}",
                         sink.sink,
-                        if sink.required { "required" } else { "optional" },
+                        if sink.required {
+                            "required"
+                        } else {
+                            "optional"
+                        },
                         if sink.positioned {
                             "exactly-once: positions kept by the sink"
                         } else {
@@ -181,7 +195,10 @@ fn dispatch(command: Command) -> Result<ExitCode, String> {
             let engine = WasmEngine::new(&cache_dir).map_err(|e| e.to_string())?;
             let info = plugin::inspect(&engine, &file).map_err(|e| e.to_string())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&info).expect("serializable"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&info).expect("serializable")
+                );
             } else {
                 println!("plugin       {}", info.path.display());
                 println!("sha256       {}", info.sha256);

@@ -87,7 +87,10 @@ mod tests {
             (Position::stream(1, 0), Position::stream(1, 1)),
             (Position::stream(1, u32::MAX), Position::stream(2, 0)),
             (Position::stream(255, 7), Position::stream(256, 0)),
-            (Position::stream(u64::MAX - 1, 9), Position::stream(u64::MAX, 0)),
+            (
+                Position::stream(u64::MAX - 1, 9),
+                Position::stream(u64::MAX, 0),
+            ),
         ];
         for (lo, hi) in cases {
             assert!(lo < hi, "{lo} should sort before {hi}");

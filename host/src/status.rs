@@ -1,7 +1,6 @@
 //! `weir status`: where every sink stands for every table, where that answer
 //! came from, and how far behind the source's head it is.
 
-
 use serde::Serialize;
 
 use crate::config::PipelineConfig;
@@ -88,9 +87,19 @@ pub fn status(config: &PipelineConfig) -> Result<Status, RunError> {
                 _ => None,
             };
             let (position, origin) = if positioned {
-                (from_sink.clone(), if from_sink.is_some() { "sink" } else { "none" })
+                (
+                    from_sink.clone(),
+                    if from_sink.is_some() { "sink" } else { "none" },
+                )
             } else {
-                (from_store.clone(), if from_store.is_some() { "store" } else { "none" })
+                (
+                    from_store.clone(),
+                    if from_store.is_some() {
+                        "store"
+                    } else {
+                        "none"
+                    },
+                )
             };
             let lag = match (&head, &position) {
                 (Some(h), Some(p)) => match (h.as_stream(), p.as_stream()) {

@@ -4,7 +4,10 @@
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
-use crate::{Batch, BatchMeta, CommitRequest, Config, MetadataColumn, Mode, Positions, Sink, SinkError, Table};
+use crate::{
+    Batch, BatchMeta, CommitRequest, Config, MetadataColumn, Mode, Positions, Sink, SinkError,
+    Table,
+};
 
 /// Bindings for the `sink-plugin` world. The SDK's blob and log modules use
 /// its imports; `export_sink!` uses its export macro.

@@ -380,7 +380,10 @@ mod tests {
         let positions: Vec<Vec<u8>> = (0..ids.len()).map(|i| vec![0, i as u8]).collect();
         RecordBatch::try_from_iter([
             ("id", Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef),
-            (OP_COLUMN, Arc::new(StringArray::from(ops.to_vec())) as ArrayRef),
+            (
+                OP_COLUMN,
+                Arc::new(StringArray::from(ops.to_vec())) as ArrayRef,
+            ),
             (
                 POS_COLUMN,
                 Arc::new(BinaryArray::from_iter_values(positions)) as ArrayRef,
@@ -403,10 +406,7 @@ mod tests {
         let ipc = stream(&rb.schema(), std::slice::from_ref(&rb));
         let batch = Batch::decode(meta(4), &ipc).unwrap();
         assert_eq!(batch.records(), &rb);
-        assert_eq!(
-            batch.ops(),
-            &[Op::Insert, Op::Update, Op::Delete, Op::Read]
-        );
+        assert_eq!(batch.ops(), &[Op::Insert, Op::Update, Op::Delete, Op::Read]);
         assert_eq!(batch.positions().value(3), &[0, 3]);
         assert_eq!(batch.id, "b-1");
         assert_eq!(batch.high, vec![9]);
@@ -487,7 +487,10 @@ mod tests {
 
         let no_pos = RecordBatch::try_from_iter([
             ("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
-            (OP_COLUMN, Arc::new(StringArray::from(vec!["insert"])) as ArrayRef),
+            (
+                OP_COLUMN,
+                Arc::new(StringArray::from(vec!["insert"])) as ArrayRef,
+            ),
         ])
         .unwrap();
         let ipc = stream(&no_pos.schema(), &[no_pos]);

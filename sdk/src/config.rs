@@ -92,10 +92,16 @@ mod tests {
         assert_eq!(c.get("a"), Some("2"));
         assert_eq!(c.require("b").unwrap(), "x");
         let e = c.require("nope").unwrap_err();
-        assert!(matches!(&e, SinkError::Fatal(m) if m.contains("`nope`")), "{e}");
+        assert!(
+            matches!(&e, SinkError::Fatal(m) if m.contains("`nope`")),
+            "{e}"
+        );
         assert_eq!(c.parse::<u32>("a", 7).unwrap(), 2);
         assert_eq!(c.parse::<u32>("missing", 7).unwrap(), 7);
         let e = c.parse::<u32>("b", 7).unwrap_err();
-        assert!(matches!(&e, SinkError::Fatal(m) if m.contains("`b`")), "{e}");
+        assert!(
+            matches!(&e, SinkError::Fatal(m) if m.contains("`b`")),
+            "{e}"
+        );
     }
 }

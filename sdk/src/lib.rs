@@ -49,7 +49,7 @@ pub mod blob;
 mod config;
 mod error;
 pub mod log;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), doc))]
 pub mod native;
 
 #[cfg(target_arch = "wasm32")]

@@ -38,7 +38,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Batch, BatchMeta, CommitRequest, Committed, Config, Positions, RecordBatch, Result, Sink};
+use crate::{
+    Batch, BatchMeta, CommitRequest, Committed, Config, Positions, RecordBatch, Result, Sink,
+};
 
 /// A sink running natively, with a local directory as its blob store.
 ///
@@ -375,10 +377,7 @@ mod tests {
     use crate::blob::{self, BlobError};
 
     fn temp_root(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "weir-sdk-test-{name}-{}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("weir-sdk-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
@@ -394,7 +393,16 @@ mod tests {
         let root = temp_root("confine");
         with_blob_root(&root, || {
             for bad in [
-                "", "/etc/passwd", "a/../b", "../x", "./x", "a//b", "a/", "a\\b", "a/./b", "..",
+                "",
+                "/etc/passwd",
+                "a/../b",
+                "../x",
+                "./x",
+                "a//b",
+                "a/",
+                "a\\b",
+                "a/./b",
+                "..",
             ] {
                 assert!(
                     matches!(blob::put(bad, b"x"), Err(BlobError::Denied(_))),

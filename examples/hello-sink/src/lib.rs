@@ -11,6 +11,7 @@ use weir_sdk::arrow_array::{ArrayRef, StringArray};
 use weir_sdk::arrow_schema::{DataType, Field, Schema};
 use weir_sdk::{Batch, CommitRequest, RecordBatch, Result, Sink, SinkError, blob};
 
+/// The sink; the host creates one with `Default`.
 #[derive(Default)]
 pub struct HelloSink {
     // Nothing may become visible before `commit`, so `write` only stages.
@@ -85,8 +86,14 @@ mod tests {
 
         let rows = RecordBatch::try_from_iter([
             ("id", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
-            ("__op", Arc::new(StringArray::from(vec!["insert", "delete"])) as ArrayRef),
-            ("__pos", Arc::new(BinaryArray::from_iter_values([[1u8], [2]])) as ArrayRef),
+            (
+                "__op",
+                Arc::new(StringArray::from(vec!["insert", "delete"])) as ArrayRef,
+            ),
+            (
+                "__pos",
+                Arc::new(BinaryArray::from_iter_values([[1u8], [2]])) as ArrayRef,
+            ),
         ])
         .unwrap();
         let meta = BatchMeta {

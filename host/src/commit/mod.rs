@@ -4,6 +4,6 @@
 pub mod core;
 
 pub use self::core::{
-    Action, CommitPolicy, CommitRequest, Core, Event, Failure, FailureKind, Origin, Resume,
-    SinkId, SinkSpec, Stop,
+    Action, CommitPolicy, CommitRequest, Core, Event, Failure, FailureKind, Origin, Resume, SinkId,
+    SinkSpec, Stop,
 };

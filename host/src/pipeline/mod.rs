@@ -115,8 +115,9 @@ pub fn start_sinks(
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            let blob = BlobScope::open(&sink.blob_store.url, &options, &config.base_dir, io.clone())
-                .map_err(|e| e.to_string())?;
+            let blob =
+                BlobScope::open(&sink.blob_store.url, &options, &config.base_dir, io.clone())
+                    .map_err(|e| e.to_string())?;
             SinkWorker::start(WorkerSpec {
                 name: sink.name.clone(),
                 plugin: Arc::new(loaded),
@@ -476,10 +477,11 @@ impl Shell {
                 }
             }
             let mut events = Vec::new();
+            let mut committed = false;
             for (sink, is_commit, call) in calls {
                 events.push(match call.wait() {
                     Ok(()) if is_commit => {
-                        failpoint::hit("after-sink-commit");
+                        committed = true;
                         Event::Committed { sink }
                     }
                     Ok(()) => Event::Staged { sink },
@@ -489,11 +491,19 @@ impl Shell {
                     },
                 });
             }
+            if committed {
+                // Every sink of this wave has acknowledged; nothing recorded yet.
+                failpoint::hit("after-sink-commit");
+            }
             if !records.is_empty() {
                 let entries: Vec<Entry> = records.iter().map(|(_, e)| e.clone()).collect();
                 self.store.put_all(&self.pipeline, &entries)?;
                 failpoint::hit("after-store-write");
-                events.extend(records.iter().map(|(sink, _)| Event::Recorded { sink: *sink }));
+                events.extend(
+                    records
+                        .iter()
+                        .map(|(sink, _)| Event::Recorded { sink: *sink }),
+                );
             }
             for event in events {
                 pending.extend(self.core.handle(event)?);

@@ -359,7 +359,9 @@ mod tests {
 
     #[test]
     fn memory_root_works() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let s = BlobScope::open("memory://", &[], FsPath::new("."), rt.handle().clone()).unwrap();
         s.put_if_absent("x/1", b"a".to_vec()).unwrap();
         assert_eq!(s.get("x/1").unwrap(), b"a");

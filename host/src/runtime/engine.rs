@@ -78,8 +78,15 @@ impl WasmEngine {
     /// precompiled artifacts keyed by the wasm digest and the engine's
     /// compatibility hash (a different wasmtime or different settings
     /// compile anew instead of loading something incompatible).
-    pub fn component(&self, path: &Path, wasm: &[u8], digest: &str) -> Result<Component, EngineError> {
-        let cached = self.cache_dir.join(format!("{digest}-{:016x}.cwasm", self.compat_hash()));
+    pub fn component(
+        &self,
+        path: &Path,
+        wasm: &[u8],
+        digest: &str,
+    ) -> Result<Component, EngineError> {
+        let cached = self
+            .cache_dir
+            .join(format!("{digest}-{:016x}.cwasm", self.compat_hash()));
         if cached.exists() {
             // SAFETY: the cache folder is written only by this host, from
             // bytes `precompile_component` produced, and the file name pins
@@ -91,13 +98,13 @@ impl WasmEngine {
                 }
             }
         }
-        let compiled = self
-            .engine
-            .precompile_component(wasm)
-            .map_err(|e| EngineError::Compile {
-                path: path.to_path_buf(),
-                detail: format!("{e:#}"),
-            })?;
+        let compiled =
+            self.engine
+                .precompile_component(wasm)
+                .map_err(|e| EngineError::Compile {
+                    path: path.to_path_buf(),
+                    detail: format!("{e:#}"),
+                })?;
         let cache_error = |detail: String| EngineError::Cache {
             path: cached.clone(),
             detail,
@@ -108,15 +115,19 @@ impl WasmEngine {
         std::fs::write(&temp, &compiled).map_err(|e| cache_error(e.to_string()))?;
         std::fs::rename(&temp, &cached).map_err(|e| cache_error(e.to_string()))?;
         // SAFETY: as above; the bytes were produced by this engine just now.
-        unsafe { Component::deserialize(&self.engine, &compiled) }.map_err(|e| EngineError::Compile {
-            path: path.to_path_buf(),
-            detail: format!("{e:#}"),
+        unsafe { Component::deserialize(&self.engine, &compiled) }.map_err(|e| {
+            EngineError::Compile {
+                path: path.to_path_buf(),
+                detail: format!("{e:#}"),
+            }
         })
     }
 
     fn compat_hash(&self) -> u64 {
         let mut hasher = std::hash::DefaultHasher::new();
-        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
         hasher.finish()
     }
 }

@@ -10,8 +10,8 @@ use wasmtime::component::{InstancePre, Linker, ResourceTable, types::ComponentIt
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::blobstore::BlobScope;
 use super::bindings::v0_1_0 as wit;
+use super::blobstore::BlobScope;
 use super::engine::{EPOCH_TICK, EngineError, WasmEngine, digest};
 
 /// Why a plugin cannot be loaded.
@@ -137,7 +137,9 @@ impl wit::blobstore::Host for HostState {
         offset: u64,
         length: u64,
     ) -> Result<Vec<u8>, wit::blobstore::BlobError> {
-        self.blob.get_range(&path, offset, length).map_err(Into::into)
+        self.blob
+            .get_range(&path, offset, length)
+            .map_err(Into::into)
     }
 
     fn put(&mut self, path: String, data: Vec<u8>) -> Result<(), wit::blobstore::BlobError> {
@@ -235,14 +237,7 @@ impl Plugin {
                 });
             }
         }
-        if !wasmparser_is_component(&wasm) {
-            return Err(LoadError::NotAComponent {
-                path: path.to_path_buf(),
-                detail: "it is a core module or not WebAssembly at all; build it for \
-                         wasm32-wasip2 (or wrap a core module with `wasm-tools component new`)"
-                    .into(),
-            });
-        }
+        check_is_component(path, &wasm)?;
         let component = engine.component(path, &wasm, &sha256)?;
         let info = inspect_component(engine, path, &component, &sha256, wasm.len() as u64)?;
         check_imports(path, &info)?;
@@ -329,12 +324,7 @@ pub fn inspect(engine: &WasmEngine, path: &Path) -> Result<PluginInfo, LoadError
         path: path.to_path_buf(),
         source,
     })?;
-    if !wasmparser_is_component(&wasm) {
-        return Err(LoadError::NotAComponent {
-            path: path.to_path_buf(),
-            detail: "it is a core module or not WebAssembly at all".into(),
-        });
-    }
+    check_is_component(path, &wasm)?;
     let sha256 = digest(&wasm);
     let component = engine.component(path, &wasm, &sha256)?;
     inspect_component(engine, path, &component, &sha256, wasm.len() as u64)
@@ -372,7 +362,10 @@ fn inspect_component(
                 ),
             });
         }
-        [one] => one.split_once('@').map(|(_, v)| v.to_string()).unwrap_or_default(),
+        [one] => one
+            .split_once('@')
+            .map(|(_, v)| v.to_string())
+            .unwrap_or_default(),
         _ => {
             return Err(LoadError::Contract {
                 path: path.to_path_buf(),
@@ -450,9 +443,26 @@ fn list_or_none(items: &[String]) -> String {
     }
 }
 
-/// The component-model layer byte distinguishes components from core modules.
-fn wasmparser_is_component(wasm: &[u8]) -> bool {
-    wasm.len() >= 8 && wasm[..4] == *b"\0asm" && wasm[6..8] == [0x01, 0x00]
+/// Refuses files that are not components before the compiler sees them, so
+/// the operator reads what is wrong rather than a parser's complaint. The
+/// header's layer field tells components (1) from core modules (0).
+fn check_is_component(path: &Path, wasm: &[u8]) -> Result<(), LoadError> {
+    let refuse = |detail: &str| {
+        Err(LoadError::NotAComponent {
+            path: path.to_path_buf(),
+            detail: detail.to_string(),
+        })
+    };
+    if wasm.len() < 8 || wasm[..4] != *b"\0asm" {
+        return refuse("it is not WebAssembly (no `\\0asm` header)");
+    }
+    if wasm[6..8] != [0x01, 0x00] {
+        return refuse(
+            "it is a core WebAssembly module, not a component; build it for wasm32-wasip2 \
+             (or wrap it with `wasm-tools component new`)",
+        );
+    }
+    Ok(())
 }
 
 /// How a call into a plugin failed.

@@ -98,7 +98,12 @@ impl PositionStore {
         })
     }
 
-    pub fn get(&self, pipeline: &str, sink: &str, table: &str) -> Result<Option<Position>, StoreError> {
+    pub fn get(
+        &self,
+        pipeline: &str,
+        sink: &str,
+        table: &str,
+    ) -> Result<Option<Position>, StoreError> {
         let key = key(pipeline, sink, table);
         self.read(|txn| {
             let positions = txn.open_table(POSITIONS)?;

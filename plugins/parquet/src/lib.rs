@@ -143,10 +143,8 @@ mod tests {
     use super::*;
 
     fn root(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "weir-parquet-test-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("weir-parquet-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
@@ -155,8 +153,14 @@ mod tests {
         let pos: Vec<Vec<u8>> = ids.iter().map(|i| i.to_be_bytes().to_vec()).collect();
         RecordBatch::try_from_iter([
             ("id", Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef),
-            ("__op", Arc::new(StringArray::from(ops.to_vec())) as ArrayRef),
-            ("__pos", Arc::new(BinaryArray::from_iter_values(pos)) as ArrayRef),
+            (
+                "__op",
+                Arc::new(StringArray::from(ops.to_vec())) as ArrayRef,
+            ),
+            (
+                "__pos",
+                Arc::new(BinaryArray::from_iter_values(pos)) as ArrayRef,
+            ),
         ])
         .unwrap()
     }
@@ -275,6 +279,9 @@ mod tests {
         let e = sink
             .open("p", &[("prefix".into(), "a/../b".into())])
             .unwrap_err();
-        assert!(matches!(&e, SinkError::Fatal(m) if m.contains("prefix")), "{e}");
+        assert!(
+            matches!(&e, SinkError::Fatal(m) if m.contains("prefix")),
+            "{e}"
+        );
     }
 }

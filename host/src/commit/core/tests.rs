@@ -244,9 +244,17 @@ fn verify(world: &World) -> Verdict {
         let (log, position) = world.positioned.get(table).cloned().unwrap_or_default();
         let mut seen = BTreeSet::new();
         for c in &log {
-            assert!(seen.insert(c.pos.clone()), "positioned sink applied {:?} twice", c.pos);
+            assert!(
+                seen.insert(c.pos.clone()),
+                "positioned sink applied {:?} twice",
+                c.pos
+            );
         }
-        assert_eq!(reduce(&log), expected[table], "positioned sink, table {table}");
+        assert_eq!(
+            reduce(&log),
+            expected[table],
+            "positioned sink, table {table}"
+        );
         assert_eq!(
             position.map(|(p, _)| p),
             Some(source().last().unwrap().last().unwrap().pos.clone())
@@ -280,7 +288,10 @@ fn actions_in_clean_run(flush_every: usize) -> usize {
 fn clean_run_is_exact_without_duplicates() {
     for flush_every in [1, 2, 5] {
         let mut world = World::default();
-        assert!(matches!(run(&mut world, flush_every, None), RunEnd::Finished));
+        assert!(matches!(
+            run(&mut world, flush_every, None),
+            RunEnd::Finished
+        ));
         assert_eq!(verify(&world).plain_duplicates, 0);
     }
 }
@@ -300,7 +311,10 @@ fn crash_before_every_action_loses_nothing_and_duplicates_only_in_the_plain_sink
                 run(&mut world, flush_every, Some(crash_at)),
                 RunEnd::Crashed
             ));
-            assert!(matches!(run(&mut world, flush_every, None), RunEnd::Finished));
+            assert!(matches!(
+                run(&mut world, flush_every, None),
+                RunEnd::Finished
+            ));
             let verdict = verify(&world);
             saw_duplicates |= verdict.plain_duplicates > 0;
         }
@@ -309,7 +323,10 @@ fn crash_before_every_action_loses_nothing_and_duplicates_only_in_the_plain_sink
             "a crash between the plain sink's commit and the store write must replay"
         );
         for kind in ["stage", "commit", "record"] {
-            assert!(crash_kinds.contains(kind), "no crash landed before a {kind}");
+            assert!(
+                crash_kinds.contains(kind),
+                "no crash landed before a {kind}"
+            );
         }
     }
 }
@@ -366,7 +383,10 @@ fn record_kinds(flush_every: usize, kinds: &mut Vec<&'static str>) {
 fn losing_the_store_keeps_the_positioned_sink_exact_and_shows_duplicates_in_the_plain_one() {
     let total = actions_in_clean_run(2);
     let mut world = World::default();
-    assert!(matches!(run(&mut world, 2, Some(total / 2)), RunEnd::Crashed));
+    assert!(matches!(
+        run(&mut world, 2, Some(total / 2)),
+        RunEnd::Crashed
+    ));
     world.store.clear();
     // The plain sink now restarts from the beginning, below what was
     // acknowledged before: a source that already released it (Postgres)
@@ -400,10 +420,19 @@ fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
             position: Some(sink_says.clone()),
         }]
     );
-    assert_eq!(core.committed(POSITIONED, "a"), Some((&sink_says, Origin::Sink)));
+    assert_eq!(
+        core.committed(POSITIONED, "a"),
+        Some((&sink_says, Origin::Sink))
+    );
     // The plain sink only has the store.
-    assert!(core.recover(PLAIN, "a", None, Some(store_says.clone())).is_empty());
-    assert_eq!(core.committed(PLAIN, "a"), Some((&store_says, Origin::Store)));
+    assert!(
+        core.recover(PLAIN, "a", None, Some(store_says.clone()))
+            .is_empty()
+    );
+    assert_eq!(
+        core.committed(PLAIN, "a"),
+        Some((&store_says, Origin::Store))
+    );
     assert_eq!(core.resume(), Resume::After(store_says));
     // A sink that lost its table (it says nothing) wins too: the store entry goes.
     let repairs = core.recover(POSITIONED, "a", None, Some(sink_says));
@@ -434,7 +463,11 @@ fn replayed_batches_are_dropped_for_sinks_that_have_them() {
     );
 }
 
-fn drive_ok(core: &mut Core, mut queue: Vec<Action>, fail: Option<(SinkId, Failure)>) -> Result<Vec<Action>, Stop> {
+fn drive_ok(
+    core: &mut Core,
+    mut queue: Vec<Action>,
+    fail: Option<(SinkId, Failure)>,
+) -> Result<Vec<Action>, Stop> {
     let mut seen = Vec::new();
     while !queue.is_empty() {
         let action = queue.remove(0);
@@ -468,7 +501,10 @@ fn a_failing_required_sink_stops_without_a_checkpoint() {
     assert_eq!(stop.sink, "log");
     assert_eq!(stop.table, "a");
     let text = stop.to_string();
-    assert!(text.contains("1/0") && text.contains("1/2") && text.contains("bad decimal"), "{text}");
+    assert!(
+        text.contains("1/0") && text.contains("1/2") && text.contains("bad decimal"),
+        "{text}"
+    );
     assert_eq!(core.checkpoint(), None);
 }
 
@@ -483,13 +519,20 @@ fn a_failing_optional_sink_is_disabled_and_the_others_go_on() {
     };
     let offered = core.offer("a", Position::stream(1, 0), Position::stream(1, 0));
     let seen = drive_ok(&mut core, offered, Some((PLAIN, failure))).unwrap();
-    assert!(seen.iter().any(|a| matches!(a, Action::Disable { sink: PLAIN, .. })));
+    assert!(
+        seen.iter()
+            .any(|a| matches!(a, Action::Disable { sink: PLAIN, .. }))
+    );
     assert_eq!(core.checkpoint(), Some(&Position::stream(1, 0)));
     assert!(core.is_disabled(PLAIN).unwrap().contains("trap"));
     // The disabled sink keeps its (absent) position, so the next run replays for it.
     assert_eq!(core.resume(), Resume::FromStart);
     let offered = core.offer("a", Position::stream(2, 0), Position::stream(2, 0));
-    assert!(offered.iter().all(|a| !matches!(a, Action::Stage { sink: PLAIN, .. })));
+    assert!(
+        offered
+            .iter()
+            .all(|a| !matches!(a, Action::Stage { sink: PLAIN, .. }))
+    );
 }
 
 #[test]
@@ -549,7 +592,13 @@ fn policies_decide_when_the_checkpoint_moves() {
 
 #[test]
 fn commits_carry_the_runs_epoch() {
-    let mut core = Core::new("pipe", 42, CommitPolicy::Required, vec!["a".into()], specs());
+    let mut core = Core::new(
+        "pipe",
+        42,
+        CommitPolicy::Required,
+        vec!["a".into()],
+        specs(),
+    );
     let offered = core.offer("a", Position::stream(1, 0), Position::stream(1, 0));
     let seen = drive_ok(&mut core, offered, None).unwrap();
     let commits: Vec<_> = seen
@@ -560,5 +609,9 @@ fn commits_carry_the_runs_epoch() {
         })
         .collect();
     assert_eq!(commits.len(), 2);
-    assert!(commits.iter().all(|r| r.epoch == 42 && r.pipeline == "pipe"));
+    assert!(
+        commits
+            .iter()
+            .all(|r| r.epoch == 42 && r.pipeline == "pipe")
+    );
 }
