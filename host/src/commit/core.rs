@@ -347,7 +347,7 @@ impl Core {
     }
 
     /// Feeds back how an action turned out.
-    pub fn handle(&mut self, event: Event) -> Result<Vec<Action>, Stop> {
+    pub fn handle(&mut self, event: Event) -> Result<Vec<Action>, Box<Stop>> {
         let flight = self
             .in_flight
             .as_mut()
@@ -385,13 +385,13 @@ impl Core {
             Event::Failed { sink, failure } => {
                 let slot = &mut self.sinks[sink];
                 if slot.spec.required || failure.kind == FailureKind::Fenced {
-                    return Err(Stop {
+                    return Err(Box::new(Stop {
                         sink: slot.spec.name.clone(),
                         table: flight.table.clone(),
                         low: flight.low.clone(),
                         high: flight.high.clone(),
                         failure,
-                    });
+                    }));
                 }
                 let reason = format!(
                     "table `{}` at positions {}..={}: {}",

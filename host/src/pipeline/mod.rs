@@ -30,7 +30,7 @@ use sink_worker::{SinkWorker, WorkerSpec};
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Stopped(#[from] Stop),
+    Stopped(#[from] Box<Stop>),
     #[error("sink `{sink}`: {detail}")]
     Sink { sink: String, detail: String },
     #[error(transparent)]

@@ -192,10 +192,10 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
                 let _ = reply.send(result);
             }
             Job::Abort { table } => {
-                if broken.is_none() {
-                    if let Err(e) = instance.abort(&table) {
-                        broken = Some(e);
-                    }
+                if broken.is_none()
+                    && let Err(e) = instance.abort(&table)
+                {
+                    broken = Some(e);
                 }
             }
         }
@@ -203,9 +203,9 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
 }
 
 fn note_broken(result: &Result<(), CallError>, broken: &mut Option<CallError>) {
-    if let Err(e) = result {
-        if !matches!(e, CallError::Sink(_)) {
-            *broken = Some(e.clone());
-        }
+    if let Err(e) = result
+        && !matches!(e, CallError::Sink(_))
+    {
+        *broken = Some(e.clone());
     }
 }

@@ -5,6 +5,10 @@
 //! Embedded (redb): one file per host, every write a durable (fsync'd),
 //! atomic transaction. Keys are `pipeline / sink / table`.
 
+// redb's error type is large; its errors are rare and end the run, so
+// boxing them buys nothing.
+#![allow(clippy::result_large_err)]
+
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};

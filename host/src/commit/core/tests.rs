@@ -26,7 +26,7 @@ fn source() -> Vec<Vec<Change>> {
         for ordinal in 0..((tx % 3) + 1) as u32 {
             let table = TABLES[((tx + ordinal as u64) % 2) as usize];
             let key = ((tx * 7 + ordinal as u64) % 5) as u32;
-            let value = if (tx + ordinal as u64) % 4 == 0 {
+            let value = if (tx + ordinal as u64).is_multiple_of(4) {
                 None
             } else {
                 Some(tx as u32 * 100 + ordinal)
@@ -58,12 +58,16 @@ fn expected() -> BTreeMap<&'static str, BTreeMap<u32, u32>> {
     state
 }
 
+/// A positioned sink's table: applied changes and (position, epoch),
+/// committed together.
+type PositionedTable = (Vec<Change>, Option<(Position, u64)>);
+
 /// Durable state of everything outside the host process.
 #[derive(Default, Clone)]
 struct World {
     /// Sink with `positions`: per table, applied changes and the position,
     /// committed together.
-    positioned: BTreeMap<&'static str, (Vec<Change>, Option<(Position, u64)>)>,
+    positioned: BTreeMap<&'static str, PositionedTable>,
     /// Sink without `positions`: an append-only change log per table.
     plain: BTreeMap<&'static str, Vec<Change>>,
     /// The host's out-of-sink store.
@@ -467,7 +471,7 @@ fn drive_ok(
     core: &mut Core,
     mut queue: Vec<Action>,
     fail: Option<(SinkId, Failure)>,
-) -> Result<Vec<Action>, Stop> {
+) -> Result<Vec<Action>, Box<Stop>> {
     let mut seen = Vec::new();
     while !queue.is_empty() {
         let action = queue.remove(0);
