@@ -28,6 +28,12 @@ impl Op {
     }
 }
 
+/// The time zone of every zoned timestamp column weir produces. An offset
+/// rather than the name `UTC`: Arrow readers without a time-zone database
+/// (arrow-rs without `chrono-tz`, which sinks built for WebAssembly
+/// usually are) can only read offset zones.
+pub const UTC_ZONE: &str = "+00:00";
+
 /// One column value. Sources convert their native values into these; the
 /// batcher turns them into Arrow arrays of the column's declared type.
 #[derive(Clone, Debug, PartialEq)]

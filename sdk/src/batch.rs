@@ -297,6 +297,7 @@ fn poison(meta: &BatchMeta, why: &str) -> SinkError {
 }
 
 fn decode_stream(ipc: &[u8]) -> std::result::Result<RecordBatch, String> {
+    check_framing(ipc).map_err(|e| format!("malformed Arrow IPC stream: {e}"))?;
     let reader = StreamReader::try_new(Cursor::new(ipc), None)
         .map_err(|e| format!("malformed Arrow IPC stream: {e}"))?;
     let schema = reader.schema();
@@ -310,6 +311,66 @@ fn decode_stream(ipc: &[u8]) -> std::result::Result<RecordBatch, String> {
         _ => arrow_select::concat::concat_batches(&schema, &batches)
             .map_err(|e| format!("cannot concatenate the stream's record batches: {e}")),
     }
+}
+
+/// Walks the stream's messages and checks that every declared length stays
+/// inside the bytes we have, before the Arrow reader trusts them: a reader
+/// that allocates a declared 2 GiB or slices past the end would abort the
+/// plugin instead of reporting a poison batch.
+fn check_framing(ipc: &[u8]) -> std::result::Result<(), String> {
+    use arrow_ipc::MessageHeader;
+
+    let word = |at: usize| -> std::result::Result<u32, String> {
+        ipc.get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| "truncated message header".to_string())
+    };
+    let past_end = || "a message runs past the end of the stream".to_string();
+    let mut at = 0;
+    while at < ipc.len() {
+        let mut len = word(at)?;
+        at += 4;
+        if len == u32::MAX {
+            // Continuation marker, then the length.
+            len = word(at)?;
+            at += 4;
+        }
+        if len == 0 {
+            // End-of-stream marker.
+            return Ok(());
+        }
+        let end = at.checked_add(len as usize).ok_or_else(past_end)?;
+        let header = ipc.get(at..end).ok_or_else(past_end)?;
+        let message =
+            arrow_ipc::root_as_message(header).map_err(|e| format!("bad message header: {e}"))?;
+        at = end;
+        let body = usize::try_from(message.bodyLength()).map_err(|_| past_end())?;
+        if body > ipc.len() - at {
+            return Err(past_end());
+        }
+        let buffers = match message.header_type() {
+            MessageHeader::RecordBatch => {
+                message.header_as_record_batch().and_then(|b| b.buffers())
+            }
+            MessageHeader::DictionaryBatch => message
+                .header_as_dictionary_batch()
+                .and_then(|d| d.data())
+                .and_then(|b| b.buffers()),
+            _ => None,
+        };
+        for buffer in buffers.iter().flat_map(|b| b.iter()) {
+            let inside = u64::try_from(buffer.offset())
+                .ok()
+                .zip(u64::try_from(buffer.length()).ok())
+                .and_then(|(offset, length)| offset.checked_add(length))
+                .is_some_and(|end| end <= body as u64);
+            if !inside {
+                return Err("a buffer lies outside its message body".into());
+            }
+        }
+        at += body;
+    }
+    Ok(())
 }
 
 fn parse_ops(records: &RecordBatch) -> std::result::Result<(usize, Vec<Op>), String> {
@@ -470,6 +531,10 @@ mod tests {
         let mut ipc = stream(&rb.schema(), &[rb]);
         ipc.truncate(ipc.len() - 20);
         expect_poison(Batch::decode(meta(1), &ipc), "malformed");
+        // A header declaring a 2 GiB message must not be believed.
+        let huge = [0xFF, 0xFF, 0xFF, 0xFF, 0xF0, 0xFF, 0xFF, 0x7F, 1, 2, 3, 4];
+        expect_poison(Batch::decode(meta(0), &huge), "past the end");
+        expect_poison(Batch::decode(meta(0), &[0xFF, 0xFF]), "truncated");
     }
 
     #[test]

@@ -215,16 +215,16 @@ impl TableBatch {
     }
 }
 
-/// First 32 hex characters of sha256(table name, 0x00, low, 0x00, high).
+/// First 32 hex characters of sha256 over the table name, low and high, each
+/// preceded by its length (8 bytes, big-endian) so that no two different
+/// triples hash the same input, whatever bytes positions contain.
 pub fn batch_id(table: &str, low: &Position, high: &Position) -> String {
-    let digest = Sha256::new()
-        .chain_update(table.as_bytes())
-        .chain_update([0])
-        .chain_update(low.as_bytes())
-        .chain_update([0])
-        .chain_update(high.as_bytes())
-        .finalize();
-    hex::encode(&digest[..16])
+    let mut hasher = Sha256::new();
+    for part in [table.as_bytes(), low.as_bytes(), high.as_bytes()] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hex::encode(&hasher.finalize()[..16])
 }
 
 /// Batches that commit together: every one of them has the flush's `high`.
@@ -451,7 +451,7 @@ impl Batcher {
 }
 
 fn utc_micros() -> DataType {
-    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+    DataType::Timestamp(TimeUnit::Microsecond, Some(crate::change::UTC_ZONE.into()))
 }
 
 /// Table columns (all nullable: delete rows carry nulls), then the
@@ -550,11 +550,11 @@ fn context_array(field: ContextField, changes: &[Change], ingest_micros: i64) ->
         )),
         ContextField::CommitTs => Arc::new(
             TimestampMicrosecondArray::from_iter_values(each.map(|c| c.commit_ts_micros))
-                .with_timezone("UTC"),
+                .with_timezone(crate::change::UTC_ZONE),
         ),
         ContextField::IngestTs => Arc::new(
             TimestampMicrosecondArray::from_iter_values(each.map(|_| ingest_micros))
-                .with_timezone("UTC"),
+                .with_timezone(crate::change::UTC_ZONE),
         ),
         ContextField::Snapshot => {
             Arc::new(each.map(|c| Some(c.snapshot)).collect::<BooleanArray>())

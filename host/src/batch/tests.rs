@@ -381,10 +381,11 @@ fn idle_tables_get_empty_batches_only_when_asked() {
 
 #[test]
 fn batch_ids_are_deterministic() {
-    // Pinned: sha256("shop.orders" 0x00 low 0x00 high), first 16 bytes in hex.
+    // Pinned (computed independently with Python's hashlib): sha256 over
+    // each of name, low, high preceded by its 8-byte big-endian length.
     assert_eq!(
         batch_id("shop.orders", &pos((5, 0)), &pos((9, 2))),
-        "1ea9cc04ac81d86a57d14c4d88ab61d2"
+        "f6822d7624cff68e7f23c2e0775d4c9a"
     );
     let kv = kv();
     let build = |at: (u64, u32)| {

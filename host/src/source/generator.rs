@@ -296,7 +296,7 @@ struct ShopTables {
 
 impl ShopTables {
     fn new() -> Self {
-        let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let utc = DataType::Timestamp(TimeUnit::Microsecond, Some(crate::change::UTC_ZONE.into()));
         let table = |name: &str, columns: Vec<(&str, DataType, bool)>, key: Vec<usize>| {
             let columns = columns
                 .into_iter()
