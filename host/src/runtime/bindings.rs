@@ -10,11 +10,11 @@ pub mod v0_1_0 {
         world: "positioned-sink-plugin",
     });
 
-    pub use exports::weir::sink::positions;
-    pub use exports::weir::sink::sink;
-    pub use weir::sink::blobstore;
-    pub use weir::sink::log;
-    pub use weir::sink::types;
+    pub use self::exports::weir::sink::positions;
+    pub use self::exports::weir::sink::sink;
+    pub use self::weir::sink::blobstore;
+    pub use self::weir::sink::log;
+    pub use self::weir::sink::types;
 
     /// The package's version, as it appears in import and export names.
     pub const VERSION: &str = "0.1.0";
