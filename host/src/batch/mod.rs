@@ -265,6 +265,9 @@ struct TableBuffer {
     latest: HashMap<Vec<u8>, usize>,
     /// The high of the last batch flushed for this table.
     high: Option<Position>,
+    /// Append-mode tables keep every change: each becomes a row downstream,
+    /// so folding them per key would lose history.
+    keep_every_change: bool,
 }
 
 impl Batcher {
@@ -394,6 +397,14 @@ impl Batcher {
         self.rows
     }
 
+    /// Keeps every change of `table` in its batches instead of the last per
+    /// key: for tables the pipeline maps in append mode.
+    pub fn keep_every_change(&mut self, table: &str) {
+        if let Some(&index) = self.by_name.get(table) {
+            self.tables[index].keep_every_change = true;
+        }
+    }
+
     /// The buffer of `table`, registering a table the source did not announce.
     fn table_index(&mut self, table: &Arc<TableSchema>) -> usize {
         if let Some(&index) = self.by_name.get(&table.name) {
@@ -405,6 +416,7 @@ impl Batcher {
             changes: Vec::new(),
             latest: HashMap::new(),
             high: None,
+            keep_every_change: false,
         });
         self.by_name
             .insert(table.name.clone(), self.tables.len() - 1);
@@ -440,7 +452,7 @@ impl Batcher {
         }
         (self.rows, self.bytes) = (self.rows + 1, self.bytes + size);
         let buffer = &mut self.tables[self.by_name[&change.table.name]];
-        if !buffer.table.key.is_empty() {
+        if !buffer.table.key.is_empty() && !buffer.keep_every_change {
             let index = buffer.changes.len();
             if let Some(previous) = buffer.latest.insert(key_bytes(&change), index) {
                 buffer.changes[previous] = None; // last write wins

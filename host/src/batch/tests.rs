@@ -702,3 +702,22 @@ fn generator_stream_round_trips_under_any_limits() {
         );
     }
 }
+
+#[test]
+fn append_tables_keep_every_change_to_a_key() {
+    let kv = kv();
+    let mut batcher = batcher(vec![kv.clone()], 100);
+    batcher.keep_every_change(&kv.name);
+    batcher
+        .push(tx(vec![
+            put(&kv, Op::Insert, (1, 0), 1, Some("a")),
+            put(&kv, Op::Update, (1, 1), 1, Some("b")),
+            put(&kv, Op::Delete, (1, 2), 1, None),
+        ]))
+        .unwrap();
+    let flush = batcher.flush(false).unwrap();
+    assert_eq!(
+        positions(&flush.batches[0]),
+        [pos((1, 0)), pos((1, 1)), pos((1, 2))]
+    );
+}

@@ -224,6 +224,16 @@ impl Core {
         self.epoch
     }
 
+    /// Replaces this run's epoch, after recovery found a newer one in use.
+    /// Panics once a batch has been offered: commits of one run share one epoch.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        assert!(
+            self.in_flight.is_none() && self.checkpoint.is_none(),
+            "the epoch is fixed once batches flow"
+        );
+        self.epoch = epoch;
+    }
+
     pub fn sink_spec(&self, sink: SinkId) -> &SinkSpec {
         &self.sinks[sink].spec
     }

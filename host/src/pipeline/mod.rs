@@ -218,6 +218,11 @@ pub fn run(
         },
         metadata,
     );
+    for (name, table) in &shell.tables {
+        if table.mode == TableMode::Append.as_str() {
+            batcher.keep_every_change(name);
+        }
+    }
     let pace = Duration::from_micros(config.source.generator().pace_us);
     let mut last_heartbeat = Instant::now();
     loop {
@@ -352,6 +357,7 @@ impl Shell {
     /// repairs the store where the sink disagrees, and says where to resume.
     fn recover(&mut self) -> Result<Resume, RunError> {
         let mut repairs = Vec::new();
+        let mut newest_sink_epoch: Option<u64> = None;
         let table_names: Vec<String> = self.tables.keys().cloned().collect();
         for sink in 0..self.sinks.len() {
             let name = self.sink_names[sink].clone();
@@ -365,7 +371,10 @@ impl Shell {
                             sink: name.clone(),
                             detail: format!("cannot say where table `{table}` stands: {e}"),
                         })?
-                        .map(|c| Position::from_bytes(c.position)),
+                        .map(|c| {
+                            newest_sink_epoch = newest_sink_epoch.max(Some(c.epoch));
+                            Position::from_bytes(c.position)
+                        }),
                     _ => None,
                 };
                 if self.core.sink_spec(sink).positioned && from_sink != from_store {
@@ -397,6 +406,21 @@ impl Shell {
             }
         }
         self.store.put_all(&self.pipeline, &repairs)?;
+        // A sink that committed under a newer epoch than this store knows
+        // (the store was lost, or another host ran the pipeline last): this
+        // run is the newest now, so it must fence that one, not be fenced.
+        if let Some(seen) = newest_sink_epoch
+            && seen >= self.core.epoch()
+        {
+            let epoch = self.store.raise_epoch(&self.pipeline, seen + 1)?;
+            tracing::warn!(
+                seen,
+                epoch,
+                "a sink has seen a newer epoch than the position store; this run takes epoch {epoch}"
+            );
+            self.core.set_epoch(epoch);
+            self.report.epoch = epoch;
+        }
         Ok(self.core.resume())
     }
 

@@ -94,6 +94,18 @@ impl PositionStore {
         })
     }
 
+    /// Makes a pipeline's epoch at least `at_least`, durably, and returns the
+    /// epoch now in force.
+    pub fn raise_epoch(&self, pipeline: &str, at_least: u64) -> Result<u64, StoreError> {
+        self.write(|txn| {
+            let mut epochs = txn.open_table(EPOCHS)?;
+            let current = epochs.get(pipeline)?.map_or(0, |v| v.value());
+            let epoch = current.max(at_least);
+            epochs.insert(pipeline, epoch)?;
+            Ok(epoch)
+        })
+    }
+
     /// The last epoch taken for a pipeline, if any.
     pub fn current_epoch(&self, pipeline: &str) -> Result<Option<u64>, StoreError> {
         self.read(|txn| {
@@ -226,6 +238,9 @@ mod tests {
         }
         let store = PositionStore::open(&path).unwrap();
         assert_eq!(store.current_epoch("p").unwrap(), Some(2));
+        assert_eq!(store.raise_epoch("p", 9).unwrap(), 9);
+        assert_eq!(store.raise_epoch("p", 3).unwrap(), 9);
+        assert_eq!(store.next_epoch("p").unwrap(), 10);
         assert_eq!(
             store.get("p", "lake", "shop.orders").unwrap(),
             Some(Position::stream(7, 1))

@@ -1,0 +1,675 @@
+//! weir's Iceberg sink: every table a pipeline maps to it becomes an Iceberg
+//! format v2 table, written exactly once.
+//!
+//! - Storage is the host's scoped blob store, behind the `iceberg` crate's
+//!   storage trait ([`storage`]). The operator says under which URL readers
+//!   see that store (`warehouse`), because Iceberg metadata holds absolute
+//!   locations.
+//! - The catalog is a file-system catalog on the same store ([`catalog`]):
+//!   a commit is one atomic `put_if_absent` of the next `vN.metadata.json`.
+//! - A table is created from its first batch: the batch's columns, the
+//!   pipeline's key columns as identifier fields. `append` tables get one row
+//!   per change; `upsert` tables mirror the source through equality deletes
+//!   on the key ([`commit`]).
+//! - Exactly-once: the commit's high position, pipeline, source table and
+//!   epoch go into the summary of the snapshot that adds the files, in the
+//!   same metadata commit; [`Positions::committed`] reads them back.
+//!
+//! Configuration (the sink's `config:` map):
+//!
+//! | key | meaning |
+//! | --- | --- |
+//! | `warehouse` | required: the URL readers reach the blob store root at, e.g. `file:///srv/lake`, `s3://bucket/lake` |
+//! | `catalog` | `filesystem` (the default and, for now, the only one) |
+//! | `target_file_size_mb` | data files roll over at this size (default 128) |
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_row::{OwnedRow, RowConverter, SortField};
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    FormatVersion, Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+};
+use weir_sdk::blob::{self, BlobError};
+use weir_sdk::{
+    Batch, CommitRequest, Committed, Config, Mode, Op, Positions, Result, Sink, SinkError,
+};
+
+pub mod catalog;
+pub mod commit;
+pub mod files;
+pub mod schema;
+pub mod storage;
+
+use catalog::{Catalog, CommitError, FsCatalog, Loaded};
+use storage::Warehouse;
+
+/// Snapshot summary key: hex of the commit's high position.
+pub const POSITION_KEY: &str = "weir.position";
+/// Snapshot summary key: the commit's fencing epoch, in decimal.
+pub const EPOCH_KEY: &str = "weir.epoch";
+/// Snapshot summary key: the pipeline that committed.
+pub const PIPELINE_KEY: &str = "weir.pipeline";
+/// Snapshot summary key: the source table the commit was for.
+pub const TABLE_KEY: &str = "weir.table";
+
+/// How often a commit that lost the race for the next metadata version is
+/// rebuilt on the winner's version before the host is asked to retry.
+const COMMIT_ATTEMPTS: usize = 5;
+
+/// The sink. One instance per loaded plugin.
+#[derive(Default)]
+pub struct IcebergSink {
+    settings: Option<Settings>,
+    runtime: Option<tokio::runtime::Runtime>,
+    /// Batches written and not committed, per source table.
+    staged: HashMap<String, Vec<Batch>>,
+    /// What we know of each destination table, by its blob path.
+    tables: HashMap<String, Option<Loaded>>,
+    /// Source tables whose destination index entry this instance wrote.
+    indexed: HashSet<String>,
+}
+
+struct Settings {
+    pipeline: String,
+    file_io: FileIO,
+    catalog: FsCatalog,
+    target_file_size: usize,
+}
+
+impl Sink for IcebergSink {
+    fn open(&mut self, pipeline: &str, config: &Config) -> Result<()> {
+        let warehouse = Warehouse::new(config.require("warehouse")?)
+            .map_err(|e| SinkError::Fatal(format!("config key `warehouse`: {e}")))?;
+        match config.get("catalog").unwrap_or("filesystem") {
+            "filesystem" => {}
+            "rest" => {
+                return Err(SinkError::Fatal(
+                    "config key `catalog`: a REST catalog is not supported yet; use `filesystem`"
+                        .into(),
+                ));
+            }
+            other => {
+                return Err(SinkError::Fatal(format!(
+                    "config key `catalog`: unknown catalog {other:?} (expected `filesystem`)"
+                )));
+            }
+        }
+        let target_mb: usize = config.parse("target_file_size_mb", 128)?;
+        if target_mb == 0 {
+            return Err(SinkError::Fatal(
+                "config key `target_file_size_mb` must be at least 1".into(),
+            ));
+        }
+        self.settings = Some(Settings {
+            pipeline: pipeline.to_string(),
+            file_io: warehouse.file_io(),
+            catalog: FsCatalog::new(warehouse),
+            target_file_size: target_mb << 20,
+        });
+        Ok(())
+    }
+
+    fn write(&mut self, batch: Batch) -> Result<()> {
+        for field in batch.data().schema().fields() {
+            schema::iceberg_type(field.data_type()).map_err(|e| {
+                SinkError::Poison(format!(
+                    "table {}, batch {}: column {}: {e}",
+                    batch.table.name,
+                    batch.id,
+                    field.name()
+                ))
+            })?;
+        }
+        destination_path(&batch.table.destination)
+            .map_err(|e| SinkError::Poison(format!("table {}: {e}", batch.table.name)))?;
+        self.staged
+            .entry(batch.table.name.clone())
+            .or_default()
+            .push(batch);
+        Ok(())
+    }
+
+    fn commit(&mut self, request: CommitRequest) -> Result<()> {
+        self.start_runtime()?;
+        let runtime = self.runtime.as_ref().expect("started");
+        let staged = self
+            .staged
+            .get(&request.table)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let Some(table) = staged.last().map(|b| b.table.clone()) else {
+            // The host stages a (possibly empty) batch before every commit;
+            // without one we do not know the destination or its schema.
+            return Err(SinkError::Fatal(format!(
+                "table {}: commit without a staged batch",
+                request.table
+            )));
+        };
+        let settings = self
+            .settings
+            .as_ref()
+            .ok_or_else(|| SinkError::Fatal("the sink was not opened".into()))?;
+        let path = destination_path(&table.destination)
+            .map_err(|e| SinkError::Poison(format!("table {}: {e}", table.name)))?;
+        if !self.indexed.contains(&table.name) {
+            blob::put(
+                &index_path(&settings.pipeline, &table.name),
+                path.as_bytes(),
+            )?;
+            self.indexed.insert(table.name.clone());
+        }
+        let known = self.tables.get(&path).cloned();
+        let mut work = TableCommit {
+            settings,
+            request: &request,
+            table: &table,
+            path: &path,
+            staged,
+        };
+        let result = runtime.block_on(work.run(known));
+        match result {
+            Ok(loaded) => {
+                self.tables.insert(path, Some(loaded));
+                self.staged.remove(&request.table);
+                Ok(())
+            }
+            Err((error, reload)) => {
+                if reload {
+                    self.tables.remove(&path);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn abort(&mut self, table: &str) {
+        self.staged.remove(table);
+    }
+}
+
+impl Positions for IcebergSink {
+    fn committed(&mut self, pipeline: &str, table: &str) -> Result<Option<Committed>> {
+        let path = match blob::get(&index_path(pipeline, table)) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(BlobError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let settings = self
+            .settings
+            .as_ref()
+            .ok_or_else(|| SinkError::Fatal("the sink was not opened".into()))?;
+        let loaded = settings
+            .catalog
+            .load(&path)
+            .map_err(|e| iceberg_error(&format!("table {table}: cannot load {path}"), e))?;
+        let found = loaded
+            .as_ref()
+            .and_then(|l| last_commit(&l.metadata, pipeline, table))
+            .transpose()?;
+        self.tables.insert(path, loaded);
+        Ok(found)
+    }
+}
+
+impl IcebergSink {
+    fn start_runtime(&mut self) -> Result<()> {
+        if self.runtime.is_none() {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(|e| SinkError::Fatal(format!("cannot start the async runtime: {e}")))?;
+            self.runtime = Some(runtime);
+        }
+        Ok(())
+    }
+}
+
+/// Where the destination of a source table is recorded, so that
+/// `committed` can find it before any batch arrives.
+fn index_path(pipeline: &str, table: &str) -> String {
+    let clean = |s: &str| s.replace(['/', '\\'], "%2F");
+    format!("_weir/{}/{}.destination", clean(pipeline), clean(table))
+}
+
+/// `sales.orders` -> `sales/orders`; a name without a namespace goes into
+/// `default`.
+pub fn destination_path(destination: &str) -> std::result::Result<String, String> {
+    let parts: Vec<&str> = destination.split('.').collect();
+    for part in &parts {
+        if part.is_empty()
+            || part.starts_with('_')
+            || part.contains(['/', '\\', '\0'])
+            || *part == ".."
+        {
+            return Err(format!(
+                "destination {destination:?} is not a usable Iceberg name (namespace.table, \
+                 no empty parts, none starting with `_`)"
+            ));
+        }
+    }
+    Ok(if parts.len() == 1 {
+        format!("default/{}", parts[0])
+    } else {
+        parts.join("/")
+    })
+}
+
+/// The last commit of `pipeline` for source table `table` in the current
+/// snapshot's history.
+fn last_commit(metadata: &TableMetadata, pipeline: &str, table: &str) -> Option<Result<Committed>> {
+    let mut snapshot = metadata.current_snapshot();
+    while let Some(s) = snapshot {
+        let props = &s.summary().additional_properties;
+        if props.get(PIPELINE_KEY).map(String::as_str) == Some(pipeline)
+            && props.get(TABLE_KEY).map(String::as_str) == Some(table)
+        {
+            let corrupt = |what: &str| {
+                SinkError::Fatal(format!(
+                    "table {table}: snapshot {} has a bad `{what}` in its summary",
+                    s.snapshot_id()
+                ))
+            };
+            let position = props
+                .get(POSITION_KEY)
+                .and_then(|h| hex_decode(h))
+                .ok_or_else(|| corrupt(POSITION_KEY));
+            let epoch = props
+                .get(EPOCH_KEY)
+                .and_then(|e| e.parse().ok())
+                .ok_or_else(|| corrupt(EPOCH_KEY));
+            return Some(
+                position.and_then(|position| epoch.map(|epoch| Committed { position, epoch })),
+            );
+        }
+        snapshot = s
+            .parent_snapshot_id()
+            .and_then(|id| metadata.snapshot_by_id(id));
+    }
+    None
+}
+
+fn iceberg_error(context: &str, e: iceberg::Error) -> SinkError {
+    let message = format!("{context}: {e}");
+    if e.retryable() {
+        SinkError::Retryable(message)
+    } else {
+        SinkError::Fatal(message)
+    }
+}
+
+/// One commit of one table, from the staged batches to the new metadata.
+struct TableCommit<'a> {
+    settings: &'a Settings,
+    request: &'a CommitRequest,
+    table: &'a weir_sdk::Table,
+    path: &'a str,
+    staged: &'a [Batch],
+}
+
+/// An error, and whether the cached table metadata must be dropped.
+type Failed = (SinkError, bool);
+
+impl TableCommit<'_> {
+    fn name(&self) -> &str {
+        &self.table.name
+    }
+
+    fn poison(&self, why: String) -> Failed {
+        (
+            SinkError::Poison(format!(
+                "table {} (Iceberg table {}), batch up to position {}: {why}",
+                self.table.name,
+                self.table.destination,
+                hex_encode(&self.request.high)
+            )),
+            false,
+        )
+    }
+
+    fn failed(&self, what: &str, e: iceberg::Error) -> Failed {
+        (
+            iceberg_error(
+                &format!(
+                    "table {} (Iceberg table {}): {what}",
+                    self.name(),
+                    self.path
+                ),
+                e,
+            ),
+            true,
+        )
+    }
+
+    /// Refuses a commit from an older epoch than the table's last one.
+    fn fence(&self, metadata: &TableMetadata) -> std::result::Result<Option<Committed>, Failed> {
+        let last = last_commit(metadata, &self.settings.pipeline, self.name())
+            .transpose()
+            .map_err(|e| (e, true))?;
+        if let Some(last) = &last
+            && last.epoch > self.request.epoch
+        {
+            return Err((
+                SinkError::Fenced(format!(
+                    "table {}: Iceberg table {} was committed by epoch {} of pipeline {}; \
+                     this host has epoch {} and must stop",
+                    self.name(),
+                    self.path,
+                    last.epoch,
+                    self.settings.pipeline,
+                    self.request.epoch
+                )),
+                true,
+            ));
+        }
+        Ok(last)
+    }
+
+    async fn run(&mut self, known: Option<Option<Loaded>>) -> std::result::Result<Loaded, Failed> {
+        let catalog = &self.settings.catalog;
+        let loaded = match known {
+            Some(loaded) => loaded,
+            None => catalog
+                .load(self.path)
+                .map_err(|e| self.failed("cannot load the table", e))?,
+        };
+        let mut base = match loaded {
+            Some(loaded) => loaded,
+            None => self.create().await?,
+        };
+        let last = self.fence(&base.metadata)?;
+        let has_rows = self.staged.iter().any(|b| b.num_rows() > 0);
+        if !has_rows
+            && last
+                .as_ref()
+                .is_some_and(|l| l.position == self.request.high)
+        {
+            // Already recorded (a heartbeat at the same position).
+            return Ok(base);
+        }
+
+        // The schema the files are written with: the table's, grown to hold
+        // every staged batch.
+        let mut table_schema: Schema = base.metadata.current_schema().as_ref().clone();
+        for batch in self.staged {
+            if let Some(next) =
+                schema::evolve(&table_schema, &batch.data().schema()).map_err(|e| self.poison(e))?
+            {
+                table_schema = next;
+            }
+        }
+        let table_schema = Arc::new(table_schema);
+        let arrow = schema::arrow_schema(&table_schema).map_err(|e| self.poison(e))?;
+        let mut conformed = Vec::with_capacity(self.staged.len());
+        for batch in self.staged {
+            conformed.push(schema::conform(&batch.data(), &arrow).map_err(|e| self.poison(e))?);
+        }
+
+        let upsert = self.table.mode == Mode::Upsert && !self.table.key_columns.is_empty();
+        let (data, deletes, equality_ids) = if upsert {
+            let ids: Vec<i32> = table_schema.identifier_field_ids().collect();
+            if ids.is_empty() {
+                return Err(self.poison(
+                    "the Iceberg table has no identifier fields (it was created in append \
+                     mode), so it cannot be written in upsert mode"
+                        .into(),
+                ));
+            }
+            let key_index: Vec<usize> = ids
+                .iter()
+                .map(|id| {
+                    table_schema
+                        .as_struct()
+                        .fields()
+                        .iter()
+                        .position(|f| f.id == *id)
+                        .expect("identifier fields are fields")
+                })
+                .collect();
+            let ops: Vec<&[Op]> = self.staged.iter().map(|b| b.ops()).collect();
+            let (data, deletes) = split_upsert(&conformed, &ops, &key_index)
+                .map_err(|e| self.poison(format!("cannot fold the batch by key: {e}")))?;
+            (data, deletes, ids)
+        } else {
+            (conformed, Vec::new(), Vec::new())
+        };
+
+        let prefix = uuid::Uuid::new_v4().to_string();
+        let spec = files::FileSpec {
+            file_io: &self.settings.file_io,
+            table_location: base.metadata.location(),
+            prefix: &prefix,
+            target_file_size: self.settings.target_file_size,
+        };
+        let mut new_files = files::write_data(&spec, table_schema.clone(), &data)
+            .await
+            .map_err(|e| self.failed("cannot write data files", e))?;
+        if !deletes.is_empty() {
+            new_files.extend(
+                files::write_deletes(&spec, table_schema.clone(), equality_ids, &deletes)
+                    .await
+                    .map_err(|e| self.failed("cannot write equality-delete files", e))?,
+            );
+        }
+        let properties = HashMap::from([
+            (POSITION_KEY.to_string(), hex_encode(&self.request.high)),
+            (EPOCH_KEY.to_string(), self.request.epoch.to_string()),
+            (PIPELINE_KEY.to_string(), self.settings.pipeline.clone()),
+            (TABLE_KEY.to_string(), self.table.name.clone()),
+        ]);
+        let snapshot_id = commit::new_snapshot_id(&base.metadata);
+        let delta = commit::write_manifests(
+            &self.settings.file_io,
+            &base.metadata,
+            table_schema.clone(),
+            new_files,
+            snapshot_id,
+            properties,
+        )
+        .await
+        .map_err(|e| self.failed("cannot write manifests", e))?;
+
+        let base_schema = base.metadata.current_schema().clone();
+        for _ in 0..COMMIT_ATTEMPTS {
+            let next = commit::next_metadata(
+                &self.settings.file_io,
+                &base.metadata,
+                &base.location,
+                &delta,
+            )
+            .await
+            .map_err(|e| self.failed("cannot build the next table metadata", e))?;
+            match catalog.commit(self.path, &base, next) {
+                Ok(committed) => return Ok(committed),
+                Err(CommitError::Failed(e)) => {
+                    return Err(self.failed("cannot commit the table metadata", e));
+                }
+                Err(CommitError::Conflict) => {}
+            }
+            // Another writer made this version first. If it was a newer host
+            // of this pipeline we are fenced; if this pipeline's position
+            // moved otherwise, an older host committed after we read the
+            // table and our batch is no longer the next one: stop, and let
+            // a restart recover from the table.
+            let newer = catalog
+                .load(self.path)
+                .map_err(|e| self.failed("cannot reload the table after a lost race", e))?
+                .ok_or_else(|| {
+                    (
+                        SinkError::Fatal(format!(
+                            "table {}: Iceberg table {} disappeared during a commit",
+                            self.name(),
+                            self.path
+                        )),
+                        true,
+                    )
+                })?;
+            let now = self.fence(&newer.metadata)?;
+            if now != last {
+                return Err((
+                    SinkError::Fatal(format!(
+                        "table {}: another host of pipeline {} committed Iceberg table {} \
+                         (now at position {}) after this host read it; restart the pipeline \
+                         to recover from the table",
+                        self.name(),
+                        self.settings.pipeline,
+                        self.path,
+                        now.map(|c| hex_encode(&c.position)).unwrap_or_default()
+                    )),
+                    true,
+                ));
+            }
+            if newer.metadata.current_schema() != &base_schema
+                || newer.metadata.snapshot_by_id(delta.snapshot_id).is_some()
+            {
+                return Err((
+                    SinkError::Retryable(format!(
+                        "table {}: Iceberg table {} changed its schema during the commit",
+                        self.name(),
+                        self.path
+                    )),
+                    true,
+                ));
+            }
+            base = newer;
+        }
+        Err((
+            SinkError::Retryable(format!(
+                "table {}: lost the race for the next metadata version of {} {COMMIT_ATTEMPTS} \
+                 times",
+                self.name(),
+                self.path
+            )),
+            true,
+        ))
+    }
+
+    /// Creates the table from the first staged batch.
+    async fn create(&self) -> std::result::Result<Loaded, Failed> {
+        let first = &self.staged[0];
+        let keys: &[String] = if self.table.mode == Mode::Upsert {
+            &self.table.key_columns
+        } else {
+            &[]
+        };
+        let schema =
+            schema::new_schema(&first.data().schema(), keys).map_err(|e| self.poison(e))?;
+        let catalog = &self.settings.catalog;
+        let properties = HashMap::from([
+            ("write.format.default".to_string(), "parquet".to_string()),
+            (
+                "write.parquet.compression-codec".to_string(),
+                "zstd".to_string(),
+            ),
+        ]);
+        let metadata = TableMetadataBuilder::new(
+            schema,
+            UnboundPartitionSpec::builder().build(),
+            SortOrder::unsorted_order(),
+            catalog.table_location(self.path),
+            FormatVersion::V2,
+            properties,
+        )
+        .and_then(|b| b.build())
+        .map_err(|e| self.failed("cannot build the new table's metadata", e))?
+        .metadata;
+        match catalog.create(self.path, &metadata) {
+            Ok(loaded) => {
+                weir_sdk::log::info(format!(
+                    "table {}: created Iceberg table {}",
+                    self.name(),
+                    loaded.location
+                ));
+                Ok(loaded)
+            }
+            Err(CommitError::Conflict) => catalog
+                .load(self.path)
+                .map_err(|e| self.failed("cannot load the table", e))?
+                .ok_or_else(|| {
+                    (
+                        SinkError::Retryable(format!(
+                            "table {}: {} exists but cannot be read yet",
+                            self.name(),
+                            self.path
+                        )),
+                        true,
+                    )
+                }),
+            Err(CommitError::Failed(e)) => Err(self.failed("cannot create the table", e)),
+        }
+    }
+}
+
+/// Folds staged batches by key (the last change to a key wins, across
+/// batches) and splits them into the rows to add (everything but deletes)
+/// and the keys to delete first (every changed key: the equality delete
+/// removes the older row, the added row has a newer sequence number).
+fn split_upsert(
+    batches: &[RecordBatch],
+    ops: &[&[Op]],
+    key_index: &[usize],
+) -> std::result::Result<(Vec<RecordBatch>, Vec<RecordBatch>), arrow_schema::ArrowError> {
+    let Some(first) = batches.first() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let sort_fields = key_index
+        .iter()
+        .map(|&i| SortField::new(first.schema().field(i).data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(sort_fields)?;
+    let mut last: HashMap<OwnedRow, (usize, u32)> = HashMap::new();
+    for (b, batch) in batches.iter().enumerate() {
+        let keys: Vec<_> = key_index.iter().map(|&i| batch.column(i).clone()).collect();
+        let rows = converter.convert_columns(&keys)?;
+        for (r, row) in rows.iter().enumerate() {
+            last.insert(row.owned(), (b, r as u32));
+        }
+    }
+    let mut winners: Vec<Vec<u32>> = vec![Vec::new(); batches.len()];
+    for (b, r) in last.into_values() {
+        winners[b].push(r);
+    }
+    let mut data = Vec::new();
+    let mut deletes = Vec::new();
+    for (b, mut rows) in winners.into_iter().enumerate() {
+        if rows.is_empty() {
+            continue;
+        }
+        rows.sort_unstable();
+        let keep: Vec<u32> = rows
+            .iter()
+            .copied()
+            .filter(|&r| ops[b][r as usize] != Op::Delete)
+            .collect();
+        let all = UInt32Array::from(rows);
+        deletes.push(arrow_select::take::take_record_batch(&batches[b], &all)?);
+        if !keep.is_empty() {
+            data.push(arrow_select::take::take_record_batch(
+                &batches[b],
+                &UInt32Array::from(keep),
+            )?);
+        }
+    }
+    Ok((data, deletes))
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+weir_sdk::export_positioned_sink!(IcebergSink);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+//! What running the Iceberg sink as WebAssembly costs: the same Arrow IPC
+//! batches (generator, upsert mode, so every commit writes a data file and an
+//! equality-delete file) through the wasmtime host and natively through
+//! `weir_sdk::native`, in one process, alternating rounds. Prints rows/s of
+//! each and the ratio; not a pass/fail test (the machines are shared).
+//!
+//! `cargo bench -p weir-tests --bench iceberg_overhead` (after scripts/build-plugins).
+//! `ICEBERG_BENCH_CHANGES` sets the workload size (default 200000).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weir::batch::{BatchLimits, Batcher};
+use weir::pipeline::encode_ipc;
+use weir::runtime::bindings::v0_1_0::types as wit;
+use weir::runtime::plugin::{self, Limits, Plugin};
+use weir::runtime::{BlobScope, WasmEngine};
+use weir::source::Source;
+use weir::source::generator::{Generator, GeneratorConfig};
+use weir_sdk::native::NativeSink;
+
+struct Prepared {
+    meta: wit::Batch,
+    ipc: Vec<u8>,
+}
+
+fn prepare(changes: u64, max_rows: usize) -> (Vec<Prepared>, usize) {
+    let mut source = Generator::new(GeneratorConfig {
+        seed: 99,
+        max_changes: Some(changes),
+    });
+    let mut batcher = Batcher::new(
+        source.tables(),
+        BatchLimits {
+            max_rows,
+            max_bytes: 64 << 20,
+            linger: Duration::from_secs(3600),
+        },
+        Vec::new(),
+    );
+    let mut flushes = Vec::new();
+    while let Some(tx) = source.next_transaction().unwrap() {
+        flushes.extend(batcher.push(tx).unwrap());
+    }
+    flushes.extend(batcher.flush(false));
+    let mut out = Vec::new();
+    let mut rows = 0;
+    for flush in flushes {
+        for batch in flush.batches {
+            rows += batch.rows();
+            out.push(Prepared {
+                meta: wit::Batch {
+                    table: wit::Table {
+                        name: batch.table.name.clone(),
+                        key_columns: batch.table.key_names(),
+                        mode: "upsert".into(),
+                        destination: batch.table.name.clone(),
+                        metadata: Vec::new(),
+                    },
+                    id: batch.id.clone(),
+                    low: batch.low.as_bytes().to_vec(),
+                    high: batch.high.as_bytes().to_vec(),
+                    rows: batch.rows() as u32,
+                },
+                ipc: encode_ipc(&batch.records).unwrap(),
+            });
+        }
+    }
+    (out, rows)
+}
+
+/// `total-records` of a table's current snapshot, from its newest metadata.
+fn total_records(table: &std::path::Path) -> u64 {
+    let meta = table.join("metadata");
+    let hint = std::fs::read_to_string(meta.join("version-hint.text")).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(meta.join(format!("v{}.metadata.json", hint.trim()))).unwrap(),
+    )
+    .unwrap();
+    let current = &json["current-snapshot-id"];
+    json["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| &s["snapshot-id"] == current)
+        .map(|s| {
+            s["summary"]["total-records"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    let wasm = target.join("wasm32-wasip2/release/weir_iceberg_sink.wasm");
+    let changes = std::env::var("ICEBERG_BENCH_CHANGES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(200_000);
+    let (batches, rows) = prepare(changes, 10_000);
+    println!(
+        "{} batches, {rows} rows after last-write-wins; wasm {} ({} bytes)",
+        batches.len(),
+        wasm.display(),
+        std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0)
+    );
+
+    // The native blob store fsyncs every object, the host's local store does
+    // not; on tmpfs (where fsync costs nothing) the two compare the code,
+    // not the disk. ICEBERG_BENCH_DIR picks another folder.
+    let base = std::env::var_os("ICEBERG_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let shm = PathBuf::from("/dev/shm");
+            if shm.is_dir() {
+                shm
+            } else {
+                std::env::temp_dir()
+            }
+        });
+    let scratch = tempfile::tempdir_in(&base).unwrap();
+    println!("scratch folder {}", scratch.path().display());
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
+    let linker = plugin::linker(&engine).unwrap();
+    let started = Instant::now();
+    let loaded = Arc::new(Plugin::load(&engine, &linker, &wasm, None).unwrap());
+    println!("component compiled in {:?}", started.elapsed());
+    let limits = Limits {
+        memory_bytes: 2 << 30,
+        call_timeout: Duration::from_secs(120),
+    };
+
+    let mut wasm_best = Duration::MAX;
+    let mut native_best = Duration::MAX;
+    for round in 0..3 {
+        let root = scratch.path().join(format!("wasm-{round}"));
+        std::fs::create_dir_all(&root).unwrap();
+        let config = vec![(
+            "warehouse".to_string(),
+            format!("file://{}", root.display()),
+        )];
+        let blob = BlobScope::open(
+            root.to_str().unwrap(),
+            &[],
+            scratch.path(),
+            io.handle().clone(),
+        )
+        .unwrap();
+        let mut instance = loaded
+            .instantiate("bench", Arc::new(blob), &limits)
+            .unwrap();
+        instance.open("bench", &config).unwrap();
+        let started = Instant::now();
+        for p in &batches {
+            instance.write(&p.meta, &p.ipc).unwrap();
+            instance
+                .commit(&wit::CommitRequest {
+                    table: p.meta.table.name.clone(),
+                    high: p.meta.high.clone(),
+                    pipeline: "bench".into(),
+                    epoch: 1,
+                })
+                .unwrap();
+        }
+        wasm_best = wasm_best.min(started.elapsed());
+
+        let root = scratch.path().join(format!("native-{round}"));
+        std::fs::create_dir_all(&root).unwrap();
+        let config = vec![(
+            "warehouse".to_string(),
+            format!("file://{}", root.display()),
+        )];
+        let mut native = NativeSink::new(weir_iceberg_sink::IcebergSink::default(), root);
+        native.open("bench", &config).unwrap();
+        let started = Instant::now();
+        for p in &batches {
+            let meta = weir_sdk::BatchMeta {
+                table: weir_sdk::Table {
+                    name: p.meta.table.name.clone(),
+                    key_columns: p.meta.table.key_columns.clone(),
+                    mode: weir_sdk::Mode::Upsert,
+                    destination: p.meta.table.destination.clone(),
+                    metadata: Vec::new(),
+                },
+                id: p.meta.id.clone(),
+                low: p.meta.low.clone(),
+                high: p.meta.high.clone(),
+                rows: p.meta.rows,
+            };
+            native.write(meta, &p.ipc).unwrap();
+            native
+                .commit(weir_sdk::CommitRequest {
+                    table: p.meta.table.name.clone(),
+                    high: p.meta.high.clone(),
+                    pipeline: "bench".into(),
+                    epoch: 1,
+                })
+                .unwrap();
+        }
+        native_best = native_best.min(started.elapsed());
+        let records = |side: &str| -> u64 {
+            ["customers", "orders", "order_items"]
+                .iter()
+                .map(|t| total_records(&scratch.path().join(format!("{side}-{round}/shop/{t}"))))
+                .sum()
+        };
+        let (w, n) = (records("wasm"), records("native"));
+        assert_eq!(w, n, "the WASM and native runs wrote different row counts");
+        println!("round {round}: both wrote {w} data rows");
+        println!(
+            "round {round}: wasm {:?}, native {:?} (best so far)",
+            wasm_best, native_best
+        );
+    }
+    let rate = |d: Duration| rows as f64 / d.as_secs_f64();
+    println!(
+        "iceberg sink (upsert), best of 3: wasm {:.0} rows/s, native {:.0} rows/s, wasm/native time ratio {:.2}",
+        rate(wasm_best),
+        rate(native_best),
+        wasm_best.as_secs_f64() / native_best.as_secs_f64()
+    );
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Reads an Iceberg table with a reader weir did not write, for the tests.
+
+    read_iceberg.py pyiceberg|duckdb METADATA_JSON
+
+Prints one JSON object: the reader, the table's columns, every row as a list
+of canonical strings (null stays null), and the current snapshot's summary.
+Canonical forms, the same the Rust side builds from the generator's values:
+integers and decimals as text ("12.30"), booleans "true"/"false", floats as
+the hex of their IEEE-754 bits, binary as hex, dates as days and timestamps
+as microseconds since the Unix epoch.
+"""
+
+import glob
+import json
+import os
+import struct
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def canonical_column(column: pa.ChunkedArray) -> list:
+    t = column.type
+    if pa.types.is_timestamp(t):
+        values = pc.cast(column, pa.timestamp("us", tz=t.tz)).cast(pa.int64()).to_pylist()
+        return [None if v is None else str(v) for v in values]
+    if pa.types.is_date32(t):
+        return [None if v is None else str(v) for v in column.cast(pa.int32()).to_pylist()]
+    if pa.types.is_floating(t):
+        return [
+            None if v is None else struct.pack(">d", v).hex() for v in column.to_pylist()
+        ]
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return [None if v is None else v.hex() for v in column.to_pylist()]
+    if pa.types.is_boolean(t):
+        return [None if v is None else ("true" if v else "false") for v in column.to_pylist()]
+    return [None if v is None else str(v) for v in column.to_pylist()]
+
+
+def read_pyiceberg(metadata: str):
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(metadata)
+    snapshot = table.current_snapshot()
+    summary = {}
+    if snapshot is not None and snapshot.summary is not None:
+        summary = {k: v for k, v in snapshot.summary.additional_properties.items()}
+        summary["operation"] = str(snapshot.summary.operation.value)
+    return table.scan().to_arrow(), summary
+
+
+def read_duckdb(metadata: str):
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    # The extensions come from pip packages and load by file path: no
+    # download at run time.
+    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
+        base = os.path.dirname(module.__file__)
+        found = sorted(glob.glob(os.path.join(base, "extensions", "*", f"{name}.duckdb_extension")))
+        if not found:
+            raise SystemExit(f"no {name}.duckdb_extension under {base}")
+        con.execute(f"LOAD '{found[-1]}'")
+    escaped = metadata.replace("'", "''")
+    result = con.execute(f"SELECT * FROM iceberg_scan('{escaped}')")
+    table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
+    summary = {}
+    rows = con.execute(
+        f"SELECT * FROM iceberg_snapshots('{escaped}') ORDER BY sequence_number DESC LIMIT 1"
+    ).fetchall()
+    if rows:
+        summary["sequence_number"] = str(rows[0][0])
+    return table, summary
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("pyiceberg", "duckdb"):
+        raise SystemExit(__doc__)
+    reader, metadata = sys.argv[1], sys.argv[2]
+    table, summary = read_pyiceberg(metadata) if reader == "pyiceberg" else read_duckdb(metadata)
+    columns = table.column_names
+    canon = [canonical_column(table.column(i)) for i in range(len(columns))]
+    rows = [list(r) for r in zip(*canon)] if canon else []
+    json.dump(
+        {"reader": reader, "columns": columns, "rows": rows, "summary": summary},
+        sys.stdout,
+    )
+
+
+if __name__ == "__main__":
+    main()
