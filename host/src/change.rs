@@ -52,6 +52,9 @@ pub enum Value {
     /// Microseconds since the Unix epoch; the column's type says whether it
     /// is zoned (UTC) or not.
     TimestampMicros(i64),
+    /// The items of a list column (Postgres: a one-dimensional array), each
+    /// a value of the list's item type or null.
+    List(Vec<Value>),
 }
 
 /// A column of a source table.

@@ -56,6 +56,8 @@ fn default_state_dir() -> PathBuf {
 pub struct SourceConfig {
     /// The built-in deterministic change generator.
     pub generator: Option<GeneratorSourceConfig>,
+    /// A PostgreSQL database, through logical replication (pgoutput).
+    pub postgres: Option<crate::source::postgres::PostgresConfig>,
 }
 
 impl SourceConfig {
@@ -63,6 +65,11 @@ impl SourceConfig {
         self.generator
             .as_ref()
             .expect("validated: the source is the generator")
+    }
+
+    /// The generator's pause between transactions; zero for other sources.
+    pub fn pace(&self) -> Duration {
+        Duration::from_micros(self.generator.as_ref().map_or(0, |g| g.pace_us))
     }
 }
 
@@ -288,8 +295,14 @@ impl PipelineConfig {
 
     fn validate(&self) -> Result<(), String> {
         check_name("pipeline", &self.pipeline)?;
-        if self.source.generator.is_none() {
-            return Err("source: name one source kind (`generator`)".into());
+        match (&self.source.generator, &self.source.postgres) {
+            (Some(_), None) => {}
+            (None, Some(pg)) => pg.validate().map_err(|e| format!("source.postgres.{e}"))?,
+            _ => {
+                return Err(
+                    "source: name exactly one source kind (`generator` or `postgres`)".into(),
+                );
+            }
         }
         if self.sinks.is_empty() {
             return Err("sinks: at least one sink is needed".into());

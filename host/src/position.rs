@@ -44,6 +44,29 @@ impl Position {
         Some((commit, ordinal))
     }
 
+    /// A backfill (snapshot) position: the table's name, then the row's
+    /// key in a byte encoding whose order is the order the backfill reads
+    /// rows in (the source's business, like anything it appends after it).
+    /// Sorts before every streaming position, tables in byte order of their
+    /// names.
+    pub fn snapshot(table: &str, key: &[u8]) -> Self {
+        debug_assert!(!table.as_bytes().contains(&0));
+        let mut bytes = Vec::with_capacity(2 + table.len() + key.len());
+        bytes.push(PHASE_SNAPSHOT);
+        bytes.extend_from_slice(table.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(key);
+        Position(bytes)
+    }
+
+    /// Decodes a position made by [`Position::snapshot`]: (table, key).
+    pub fn as_snapshot(&self) -> Option<(&str, &[u8])> {
+        let rest = self.0.strip_prefix(&[PHASE_SNAPSHOT])?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        let table = std::str::from_utf8(&rest[..end]).ok()?;
+        Some((table, &rest[end + 1..]))
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
@@ -63,6 +86,9 @@ impl Position {
 
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((table, _)) = self.as_snapshot() {
+            return write!(f, "backfill {table}");
+        }
         match self.as_stream() {
             Some((commit, ordinal)) => write!(f, "{commit}/{ordinal}"),
             None if self.0.is_empty() => write!(f, "(start)"),
@@ -98,6 +124,16 @@ mod tests {
         }
         let snapshot = Position::from_bytes(vec![PHASE_SNAPSHOT, 0xff, 0xff]);
         assert!(snapshot < Position::stream(0, 0));
+    }
+
+    #[test]
+    fn snapshot_positions_sort_by_table_then_key_and_before_streaming() {
+        let a = Position::snapshot("public.a", &[0, 5]);
+        let a2 = Position::snapshot("public.a", &[1, 0]);
+        let ab = Position::snapshot("public.ab", &[]);
+        assert!(a < a2 && a2 < ab && ab < Position::stream(0, 0));
+        assert_eq!(a.as_snapshot(), Some(("public.a", [0u8, 5].as_slice())));
+        assert_eq!(a.to_string(), "backfill public.a");
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub fn status(config: &PipelineConfig) -> Result<Status, RunError> {
         ))
     })?;
     let engine = WasmEngine::new(&config.cache_dir())?;
-    let source = pipeline::make_source(config, &RunOptions::default());
+    let source = pipeline::make_source(config, &RunOptions::default())?;
     let head = source.head();
     let tables = source.tables();
     let sinks = pipeline::start_sinks(config, &engine, io.handle());

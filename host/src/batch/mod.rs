@@ -426,6 +426,11 @@ impl Batcher {
     /// Checks that the change fits its table and estimates its size in bytes.
     fn check(&mut self, change: &Change) -> Result<usize, BatchError> {
         let index = self.table_index(&change.table);
+        if !Arc::ptr_eq(&self.tables[index].table, &change.table)
+            && *self.tables[index].table != *change.table
+        {
+            self.evolve(index, change)?;
+        }
         let table = self.tables[index].table.clone();
         let fail = |reason: String| BatchError {
             table: table.name.clone(),
@@ -446,6 +451,49 @@ impl Batcher {
         Ok(change_bytes(change))
     }
 
+    /// A source added columns to a table (Postgres: `ALTER TABLE ... ADD
+    /// COLUMN`): from here on the table's batches carry them, as nullable
+    /// columns, and the changes already buffered get nulls there. Any other
+    /// change of shape is refused: the sink would get wrong data.
+    fn evolve(&mut self, index: usize, change: &Change) -> Result<(), BatchError> {
+        let old = self.tables[index].table.clone();
+        let new = change.table.clone();
+        let fail = |reason: String| BatchError {
+            table: old.name.clone(),
+            pos: change.pos.clone(),
+            reason,
+        };
+        if new.columns.len() < old.columns.len()
+            || new.columns[..old.columns.len()] != old.columns[..]
+            || new.key != old.key
+        {
+            return Err(fail(format!(
+                "the table's shape changed from ({}) to ({}); only added columns can be carried",
+                column_list(&old),
+                column_list(&new)
+            )));
+        }
+        for column in &new.columns[old.columns.len()..] {
+            if CONTROL_COLUMNS.contains(&column.name.as_str())
+                || self.metadata.iter().any(|m| m.name == column.name)
+            {
+                return Err(fail(format!(
+                    "added column `{}` clashes with a control or metadata column",
+                    column.name
+                )));
+            }
+        }
+        let buffer = &mut self.tables[index];
+        let width = new.columns.len();
+        for change in buffer.changes.iter_mut().flatten() {
+            change.values.resize(width, Value::Null);
+            change.table = new.clone();
+        }
+        buffer.schema = arrow_schema(&new, &self.metadata);
+        buffer.table = new;
+        Ok(())
+    }
+
     fn add(&mut self, change: Change, size: usize) {
         if self.rows == 0 {
             self.oldest = Some(Instant::now());
@@ -460,6 +508,15 @@ impl Batcher {
         }
         buffer.changes.push(Some(change));
     }
+}
+
+fn column_list(table: &TableSchema) -> String {
+    table
+        .columns
+        .iter()
+        .map(|c| format!("{} {}", c.name, c.data_type))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn utc_micros() -> DataType {
@@ -548,6 +605,32 @@ fn column_array<'a>(
         ),
         DataType::Utf8 => Arc::new(collect!(StringArray, Utf8, s => s.as_str())),
         DataType::Binary => Arc::new(collect!(BinaryArray, Binary, b => b.as_slice())),
+        DataType::List(item) => {
+            let mut lengths = Vec::with_capacity(len);
+            let mut nulls = Vec::with_capacity(len);
+            let mut items: Vec<&Value> = Vec::new();
+            for value in values {
+                match value {
+                    Value::List(list) => {
+                        lengths.push(list.len());
+                        nulls.push(true);
+                        items.extend(list.iter());
+                    }
+                    _ => {
+                        lengths.push(0);
+                        nulls.push(false);
+                    }
+                }
+            }
+            let count = items.len();
+            let child = column_array(item.data_type(), items.into_iter(), count);
+            Arc::new(arrow_array::ListArray::new(
+                item.clone(),
+                arrow_buffer::OffsetBuffer::from_lengths(lengths),
+                child,
+                Some(arrow_buffer::NullBuffer::from(nulls)),
+            ))
+        }
         // Only nulls pass `fits` for any other type.
         other => new_null_array(other, len),
     }
@@ -597,6 +680,9 @@ fn fits(value: &Value, data_type: &DataType) -> Result<(), String> {
                 _ => Ok(()),
             }
         }
+        (Value::List(items), DataType::List(item)) => items
+            .iter()
+            .try_for_each(|v| fits(v, item.data_type()).map_err(|why| format!("list item: {why}"))),
         (value, data_type) => Err(format!("value {value:?} does not fit type {data_type}")),
     }
 }
@@ -611,6 +697,7 @@ fn value_bytes(value: &Value) -> usize {
         Value::Null => 1,
         Value::Utf8(s) => s.len(),
         Value::Binary(b) => b.len(),
+        Value::List(items) => 8 + items.iter().map(value_bytes).sum::<usize>(),
         Value::Decimal128(_) => 16,
         _ => 8,
     }
@@ -632,6 +719,8 @@ fn key_bytes(change: &Change) -> Vec<u8> {
             Value::Binary(v) => (7, v.clone()),
             Value::Date32(v) => (8, v.to_be_bytes().to_vec()),
             Value::TimestampMicros(v) => (9, v.to_be_bytes().to_vec()),
+            // Lists cannot be key columns (sources refuse them); any stable bytes do.
+            Value::List(items) => (10, format!("{items:?}").into_bytes()),
         };
         out.push(tag);
         out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());

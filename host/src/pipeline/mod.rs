@@ -78,12 +78,20 @@ pub fn io_runtime() -> Result<tokio::runtime::Runtime, RunError> {
 }
 
 /// Builds the configured source.
-pub fn make_source(config: &PipelineConfig, options: &RunOptions) -> Box<dyn Source> {
+pub fn make_source(
+    config: &PipelineConfig,
+    options: &RunOptions,
+) -> Result<Box<dyn Source>, RunError> {
+    if let Some(pg) = &config.source.postgres {
+        return Ok(Box::new(crate::source::postgres::PostgresSource::open(
+            pg, config,
+        )?));
+    }
     let g = config.source.generator();
-    Box::new(Generator::new(GeneratorConfig {
+    Ok(Box::new(Generator::new(GeneratorConfig {
         seed: g.seed,
         max_changes: options.max_changes.or(g.max_changes),
-    }))
+    })))
 }
 
 /// The loaded sinks of a pipeline.
@@ -181,7 +189,7 @@ pub fn run(
     let epoch = store.next_epoch(&config.pipeline)?;
     let engine = WasmEngine::new(&config.cache_dir())?;
     let sinks = start_sinks(config, &engine, io.handle())?;
-    let mut source = make_source(config, options);
+    let mut source = make_source(config, options)?;
     let tables = source.tables();
     let mut shell = Shell::new(config, epoch, sinks, &tables, store)?;
     tracing::info!(pipeline = %config.pipeline, epoch, "starting");
@@ -223,7 +231,7 @@ pub fn run(
             batcher.keep_every_change(name);
         }
     }
-    let pace = Duration::from_micros(config.source.generator().pace_us);
+    let pace = config.source.pace();
     let mut last_heartbeat = Instant::now();
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -235,7 +243,8 @@ pub fn run(
         }
         match source.next_transaction()? {
             Some(tx) => {
-                shell.report.transactions += 1;
+                // An empty transaction is a source heartbeat, not a transaction.
+                shell.report.transactions += u64::from(!tx.changes.is_empty());
                 shell.report.changes += tx.changes.len() as u64;
                 for flush in batcher.push(tx)? {
                     shell.process(flush, source.as_mut())?;

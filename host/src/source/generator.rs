@@ -184,7 +184,7 @@ impl KeyPart {
             Value::Binary(v) => KeyPart::Binary(v.clone()),
             Value::Date32(v) => KeyPart::Date32(*v),
             Value::TimestampMicros(v) => KeyPart::TimestampMicros(*v),
-            Value::Null | Value::Float64(_) => return None,
+            Value::Null | Value::Float64(_) | Value::List(_) => return None,
         })
     }
 }

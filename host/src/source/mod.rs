@@ -2,6 +2,7 @@
 //! transaction at a time.
 
 pub mod generator;
+pub mod postgres;
 
 use std::sync::Arc;
 

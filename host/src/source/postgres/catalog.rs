@@ -1,0 +1,276 @@
+//! What the source reads from Postgres' catalog: the publication's tables,
+//! their columns and types, and their keys.
+
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use super::decode::{PgKind, ident, kind_of, literal};
+
+#[derive(Clone, Debug)]
+pub struct PgColumn {
+    pub name: String,
+    pub type_oid: u32,
+    pub typmod: i32,
+    pub kind: PgKind,
+    /// `format_type(type, typmod)`, for casts of key literals.
+    pub sql_type: String,
+    pub not_null: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct PgTableInfo {
+    pub oid: u32,
+    pub schema: String,
+    pub name: String,
+    pub columns: Vec<PgColumn>,
+    /// Key column indexes: the replica identity index, else the primary key.
+    pub key: Vec<usize>,
+    /// `pg_class.reltuples`, for progress (negative: never analyzed).
+    pub estimated_rows: f64,
+}
+
+impl PgTableInfo {
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+
+    pub fn sql_name(&self) -> String {
+        format!("{}.{}", ident(&self.schema), ident(&self.name))
+    }
+}
+
+/// Rows of a simple query, as text.
+pub async fn rows(
+    client: &Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    let mut out = Vec::new();
+    for message in client.simple_query(sql).await? {
+        if let SimpleQueryMessage::Row(row) = message {
+            out.push(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_string))
+                    .collect(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+pub async fn publication_exists(
+    client: &Client,
+    publication: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT 1 FROM pg_publication WHERE pubname = {}",
+        literal(publication)
+    );
+    Ok(!rows(client, &sql).await?.is_empty())
+}
+
+/// The publication's tables as `schema.table`, sorted.
+pub async fn publication_tables(
+    client: &Client,
+    publication: &str,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = {} ORDER BY 1, 2",
+        literal(publication)
+    );
+    Ok(rows(client, &sql)
+        .await?
+        .into_iter()
+        .map(|r| {
+            format!(
+                "{}.{}",
+                r[0].clone().unwrap_or_default(),
+                r[1].clone().unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
+/// Expands `schema.table`, `schema.*` and `*` into existing tables, sorted.
+pub async fn resolve_tables(
+    client: &Client,
+    wanted: &[String],
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let mut out = Vec::new();
+    for entry in wanted {
+        let filter = match entry.as_str() {
+            "*" => "n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%'".to_string(),
+            e if e.ends_with(".*") => format!("n.nspname = {}", literal(&e[..e.len() - 2])),
+            e => {
+                let (s, t) = split_name(e);
+                out.push(format!("{s}.{t}"));
+                continue;
+            }
+        };
+        let sql = format!(
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND {filter}"
+        );
+        for r in rows(client, &sql).await? {
+            out.push(format!(
+                "{}.{}",
+                r[0].clone().unwrap_or_default(),
+                r[1].clone().unwrap_or_default()
+            ));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Splits `schema.table` (no quoting; a name without a dot is in `public`).
+pub fn split_name(name: &str) -> (String, String) {
+    match name.split_once('.') {
+        Some((s, t)) => (s.to_string(), t.to_string()),
+        None => ("public".to_string(), name.to_string()),
+    }
+}
+
+/// Loads one table's columns and key. None when the table does not exist.
+pub async fn load_table(
+    client: &Client,
+    qualified: &str,
+) -> Result<Option<PgTableInfo>, tokio_postgres::Error> {
+    let (schema, name) = split_name(qualified);
+    let sql = format!(
+        "SELECT c.oid, c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = {} AND c.relname = {}",
+        literal(&schema),
+        literal(&name)
+    );
+    let found = rows(client, &sql).await?;
+    let Some(row) = found.first() else {
+        return Ok(None);
+    };
+    let oid: u32 = row[0].as_deref().unwrap_or("0").parse().unwrap_or(0);
+    let estimated_rows: f64 = row[1].as_deref().unwrap_or("-1").parse().unwrap_or(-1.0);
+    // Domains resolve to their base type; arrays name their element type.
+    let sql = format!(
+        "SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, \
+                format_type(a.atttypid, a.atttypmod), \
+                COALESCE(bt.typname, t.typname), t.typcategory, et.typname \
+         FROM pg_attribute a \
+         JOIN pg_type t ON t.oid = a.atttypid \
+         LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
+         LEFT JOIN pg_type et ON et.oid = COALESCE(bt.typelem, t.typelem) \
+              AND COALESCE(bt.typcategory, t.typcategory) = 'A' \
+         WHERE a.attrelid = {oid} AND a.attnum > 0 AND NOT a.attisdropped \
+         ORDER BY a.attnum"
+    );
+    let mut columns = Vec::new();
+    for r in rows(client, &sql).await? {
+        let get = |i: usize| r[i].clone().unwrap_or_default();
+        let typmod: i32 = get(2).parse().unwrap_or(-1);
+        let kind = match r[7].as_deref() {
+            Some(elem) => PgKind::Array(Box::new(kind_of(elem, typmod))),
+            None => kind_of(&get(5), typmod),
+        };
+        columns.push(PgColumn {
+            name: get(0),
+            type_oid: get(1).parse().unwrap_or(0),
+            typmod,
+            kind,
+            sql_type: get(4),
+            not_null: get(3) == "t",
+        });
+    }
+    let sql = format!(
+        "SELECT i.indkey::text, i.indisreplident FROM pg_index i \
+         WHERE i.indrelid = {oid} AND (i.indisprimary OR i.indisreplident) \
+         ORDER BY i.indisreplident DESC LIMIT 1"
+    );
+    let attnums: Vec<usize> = rows(client, &sql)
+        .await?
+        .first()
+        .and_then(|r| r[0].clone())
+        .map(|text| {
+            text.split_whitespace()
+                .filter_map(|n| n.parse::<usize>().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // attnum counts dropped columns too: map through the live attribute numbers.
+    let sql = format!(
+        "SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = {oid} AND a.attnum > 0 \
+         AND NOT a.attisdropped ORDER BY a.attnum"
+    );
+    let live: Vec<usize> = rows(client, &sql)
+        .await?
+        .into_iter()
+        .filter_map(|r| r[0].as_deref().and_then(|n| n.parse().ok()))
+        .collect();
+    let key = attnums
+        .iter()
+        .filter_map(|n| live.iter().position(|l| l == n))
+        .collect();
+    Ok(Some(PgTableInfo {
+        oid,
+        schema,
+        name,
+        columns,
+        key,
+        estimated_rows,
+    }))
+}
+
+/// The base type name of a type oid (for columns added while streaming).
+pub async fn type_kind(
+    client: &Client,
+    type_oid: u32,
+    typmod: i32,
+) -> Result<(PgKind, String), tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT COALESCE(bt.typname, t.typname), et.typname, format_type(t.oid, {typmod}) \
+         FROM pg_type t \
+         LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
+         LEFT JOIN pg_type et ON et.oid = COALESCE(bt.typelem, t.typelem) \
+              AND COALESCE(bt.typcategory, t.typcategory) = 'A' \
+         WHERE t.oid = {type_oid}"
+    );
+    let found = rows(client, &sql).await?;
+    let row = found.first().cloned().unwrap_or_default();
+    let name = row.first().cloned().flatten().unwrap_or_default();
+    let kind = match row.get(1).cloned().flatten() {
+        Some(elem) => PgKind::Array(Box::new(kind_of(&elem, typmod))),
+        None => kind_of(&name, typmod),
+    };
+    Ok((kind, row.get(2).cloned().flatten().unwrap_or(name)))
+}
+
+/// What `pg_replication_slots` says about a slot.
+#[derive(Clone, Debug)]
+pub struct SlotInfo {
+    pub plugin: Option<String>,
+    pub database: Option<String>,
+    pub confirmed_flush: Option<u64>,
+}
+
+pub async fn slot(client: &Client, slot: &str) -> Result<Option<SlotInfo>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = {}",
+        literal(slot)
+    );
+    Ok(rows(client, &sql)
+        .await?
+        .into_iter()
+        .next()
+        .map(|r| SlotInfo {
+            plugin: r[0].clone(),
+            database: r[1].clone(),
+            confirmed_flush: r[2].as_deref().and_then(parse_lsn),
+        }))
+}
+
+/// `16/B374D848` -> u64.
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
+pub fn format_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}

@@ -1,0 +1,501 @@
+//! Postgres values in their text form (what pgoutput sends by default and
+//! what `COPY ... TO STDOUT` writes) into [`Value`]s of the column's Arrow type.
+//!
+//! Both the stream and the backfill go through these functions, so a row
+//! read by the backfill and the same row streamed decode to the same values.
+//! The sessions pin the settings the text forms depend on (see
+//! [`SESSION_SETTINGS`]).
+
+use arrow_schema::{DataType, Field, TimeUnit};
+
+use crate::change::Value;
+
+/// Settings every session of ours runs with, so the text forms are fixed:
+/// ISO dates, UTC offsets, hex bytea, floats that round-trip.
+pub const SESSION_SETTINGS: &[(&str, &str)] = &[
+    ("DateStyle", "ISO"),
+    ("TimeZone", "UTC"),
+    ("bytea_output", "hex"),
+    ("extra_float_digits", "3"),
+    ("IntervalStyle", "postgres"),
+];
+
+/// How a Postgres type is carried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PgKind {
+    Bool,
+    /// int2 and int4.
+    Int32,
+    Int64,
+    /// float4 and float8 (float4 widens exactly).
+    Float64,
+    /// numeric(p, s) with p <= 38.
+    Decimal {
+        precision: u8,
+        scale: i8,
+    },
+    Bytea,
+    Date,
+    Timestamp,
+    TimestampTz,
+    /// Everything kept as its text form: text, varchar, char, name, uuid,
+    /// json, jsonb, enums, unconstrained numeric, time, interval, ...
+    Text,
+    /// A one-dimensional array of an element kind.
+    Array(Box<PgKind>),
+}
+
+impl PgKind {
+    pub fn data_type(&self) -> DataType {
+        match self {
+            PgKind::Bool => DataType::Boolean,
+            PgKind::Int32 => DataType::Int32,
+            PgKind::Int64 => DataType::Int64,
+            PgKind::Float64 => DataType::Float64,
+            PgKind::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale),
+            PgKind::Bytea => DataType::Binary,
+            PgKind::Date => DataType::Date32,
+            PgKind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            PgKind::TimestampTz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some(crate::change::UTC_ZONE.into()))
+            }
+            PgKind::Text => DataType::Utf8,
+            PgKind::Array(item) => DataType::List(std::sync::Arc::new(Field::new(
+                "item",
+                item.data_type(),
+                true,
+            ))),
+        }
+    }
+
+    /// Whether a value of this kind can be part of a backfill key (ordered
+    /// and compared the same way by Postgres and by its text form).
+    pub fn keyable(&self) -> bool {
+        !matches!(self, PgKind::Float64 | PgKind::Array(_))
+    }
+}
+
+/// The kind of a base type, by name (`pg_type.typname`), with its typmod.
+pub fn kind_of(typname: &str, typmod: i32) -> PgKind {
+    match typname {
+        "bool" => PgKind::Bool,
+        "int2" | "int4" => PgKind::Int32,
+        "int8" => PgKind::Int64,
+        "float4" | "float8" => PgKind::Float64,
+        "numeric" => {
+            // typmod = ((precision << 16) | scale) + 4; -1 when unconstrained.
+            if typmod >= 4 {
+                let precision = ((typmod - 4) >> 16) & 0xffff;
+                let scale = (((typmod - 4) & 0xffff) as i16) as i32;
+                if (1..=38).contains(&precision) && (0..=precision).contains(&scale) {
+                    return PgKind::Decimal {
+                        precision: precision as u8,
+                        scale: scale as i8,
+                    };
+                }
+            }
+            PgKind::Text
+        }
+        "bytea" => PgKind::Bytea,
+        "date" => PgKind::Date,
+        "timestamp" => PgKind::Timestamp,
+        "timestamptz" => PgKind::TimestampTz,
+        _ => PgKind::Text,
+    }
+}
+
+/// Decodes one non-null value from its text form.
+pub fn decode(kind: &PgKind, text: &str) -> Result<Value, String> {
+    let bad = |what: &str| format!("`{}` is not a valid {what}", clip(text));
+    Ok(match kind {
+        PgKind::Bool => match text {
+            // The output function says t/f; a cast to text says true/false.
+            "t" | "true" => Value::Bool(true),
+            "f" | "false" => Value::Bool(false),
+            _ => return Err(bad("boolean")),
+        },
+        PgKind::Int32 => Value::Int32(text.parse().map_err(|_| bad("integer"))?),
+        PgKind::Int64 => Value::Int64(text.parse().map_err(|_| bad("bigint"))?),
+        PgKind::Float64 => Value::Float64(match text {
+            "NaN" => f64::NAN,
+            "Infinity" => f64::INFINITY,
+            "-Infinity" => f64::NEG_INFINITY,
+            _ => text.parse().map_err(|_| bad("float"))?,
+        }),
+        PgKind::Decimal { scale, .. } => Value::Decimal128(
+            parse_decimal(text, *scale).ok_or_else(|| bad("numeric of this scale"))?,
+        ),
+        PgKind::Bytea => Value::Binary(parse_bytea(text).ok_or_else(|| bad("hex bytea"))?),
+        PgKind::Date => Value::Date32(parse_date(text).ok_or_else(|| bad("date"))?),
+        PgKind::Timestamp => {
+            Value::TimestampMicros(parse_timestamp(text, false).ok_or_else(|| bad("timestamp"))?)
+        }
+        PgKind::TimestampTz => {
+            Value::TimestampMicros(parse_timestamp(text, true).ok_or_else(|| bad("timestamptz"))?)
+        }
+        PgKind::Text => Value::Utf8(text.to_string()),
+        PgKind::Array(item) => {
+            let items = parse_array(text).ok_or_else(|| bad("one-dimensional array"))?;
+            Value::List(
+                items
+                    .into_iter()
+                    .map(|i| match i {
+                        None => Ok(Value::Null),
+                        Some(t) => decode(item, &t),
+                    })
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+    })
+}
+
+fn clip(text: &str) -> String {
+    if text.len() <= 64 {
+        return text.to_string();
+    }
+    let mut end = 64;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
+/// `-123.45` at scale 3 -> -123450. None when it does not fit the scale.
+fn parse_decimal(text: &str, scale: i8) -> Option<i128> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !whole.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let scale = scale.max(0) as usize;
+    let (kept, dropped) = frac.split_at(frac.len().min(scale));
+    if dropped.bytes().any(|b| b != b'0') {
+        return None;
+    }
+    let mut value: i128 = 0;
+    for b in whole.bytes().chain(kept.bytes()) {
+        value = value.checked_mul(10)?.checked_add(i128::from(b - b'0'))?;
+    }
+    for _ in kept.len()..scale {
+        value = value.checked_mul(10)?;
+    }
+    Some(if negative { -value } else { value })
+}
+
+fn parse_bytea(text: &str) -> Option<Vec<u8>> {
+    let hex = text.strip_prefix("\\x")?;
+    hex::decode(hex).ok()
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (year 0 = 1 BC).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `YYYY-MM-DD[ BC]` -> (days, rest after the date).
+fn parse_date_prefix(text: &str) -> Option<(i64, &str)> {
+    let (year, rest) = text.split_once('-')?;
+    let year: i64 = year.parse().ok()?;
+    let month: u32 = rest.get(0..2)?.parse().ok()?;
+    if rest.as_bytes().get(2) != Some(&b'-') {
+        return None;
+    }
+    let day: u32 = rest.get(3..5)?.parse().ok()?;
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let rest = &rest[5..];
+    let bc = text.ends_with(" BC");
+    let year = if bc { 1 - year } else { year };
+    Some((days_from_civil(year, month, day), rest))
+}
+
+fn parse_date(text: &str) -> Option<i32> {
+    match text {
+        "infinity" => return Some(i32::MAX),
+        "-infinity" => return Some(i32::MIN),
+        _ => {}
+    }
+    let (days, rest) = parse_date_prefix(text)?;
+    if !(rest.is_empty() || rest == " BC") {
+        return None;
+    }
+    i32::try_from(days).ok()
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]][ BC]` -> microseconds since
+/// the epoch (UTC when zoned). Infinities map to the i64 extremes.
+fn parse_timestamp(text: &str, zoned: bool) -> Option<i64> {
+    match text {
+        "infinity" => return Some(i64::MAX),
+        "-infinity" => return Some(i64::MIN),
+        _ => {}
+    }
+    let (days, rest) = parse_date_prefix(text)?;
+    let rest = rest.strip_suffix(" BC").unwrap_or(rest);
+    let rest = rest.strip_prefix(' ')?;
+    let hour: i64 = rest.get(0..2)?.parse().ok()?;
+    let minute: i64 = rest.get(3..5)?.parse().ok()?;
+    let second: i64 = rest.get(6..8)?.parse().ok()?;
+    let mut rest = &rest[8..];
+    let mut micros: i64 = 0;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let end = frac
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(frac.len());
+        let digits = &frac[..end];
+        if digits.is_empty() || digits.len() > 6 {
+            return None;
+        }
+        micros = format!("{digits:0<6}").parse().ok()?;
+        rest = &frac[end..];
+    }
+    let mut offset_seconds: i64 = 0;
+    if zoned {
+        let sign = match rest.as_bytes().first()? {
+            b'+' => 1,
+            b'-' => -1,
+            _ => return None,
+        };
+        let parts: Vec<&str> = rest[1..].split(':').collect();
+        let mut seconds = 0;
+        for (i, part) in parts.iter().enumerate() {
+            let n: i64 = part.parse().ok()?;
+            seconds += n * [3600, 60, 1].get(i)?;
+        }
+        offset_seconds = sign * seconds;
+    } else if !rest.is_empty() {
+        return None;
+    }
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
+    seconds.checked_mul(1_000_000)?.checked_add(micros)
+}
+
+/// The items of a one-dimensional array's text form (`{1,NULL,"a b"}`);
+/// None for anything else (nested arrays included).
+pub fn parse_array(text: &str) -> Option<Vec<Option<String>>> {
+    // A non-default lower bound is written as `[2:3]={...}`.
+    let body = match text.find('=') {
+        Some(i) if text.starts_with('[') => &text[i + 1..],
+        _ => text,
+    };
+    let inner = body.strip_prefix('{')?.strip_suffix('}')?;
+    let mut items = Vec::new();
+    if inner.is_empty() {
+        return Some(items);
+    }
+    let mut chars = inner.chars().peekable();
+    loop {
+        let mut item = String::new();
+        let quoted = chars.peek() == Some(&'"');
+        if quoted {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '\\' => item.push(chars.next()?),
+                    '"' => break,
+                    c => item.push(c),
+                }
+            }
+            items.push(Some(item));
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' {
+                    break;
+                }
+                if c == '{' || c == '"' {
+                    return None;
+                }
+                if c == '\\' {
+                    chars.next();
+                    item.push(chars.next()?);
+                    continue;
+                }
+                item.push(c);
+                chars.next();
+            }
+            let item = item.trim().to_string();
+            items.push(if item.eq_ignore_ascii_case("NULL") {
+                None
+            } else {
+                Some(item)
+            });
+        }
+        match chars.next() {
+            None => return Some(items),
+            Some(',') => continue,
+            Some(_) => return None,
+        }
+    }
+}
+
+/// Splits one line of `COPY ... TO STDOUT` text format into fields (None = `\N`).
+pub fn copy_fields(line: &[u8]) -> Result<Vec<Option<String>>, String> {
+    let mut fields = Vec::new();
+    for raw in line.split(|&b| b == b'\t') {
+        if raw == b"\\N" {
+            fields.push(None);
+            continue;
+        }
+        let mut out = Vec::with_capacity(raw.len());
+        let mut i = 0;
+        while i < raw.len() {
+            let b = raw[i];
+            if b != b'\\' || i + 1 == raw.len() {
+                out.push(b);
+                i += 1;
+                continue;
+            }
+            let e = raw[i + 1];
+            i += 2;
+            match e {
+                b'b' => out.push(8),
+                b'f' => out.push(12),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                b't' => out.push(b'\t'),
+                b'v' => out.push(11),
+                b'0'..=b'7' => {
+                    let mut v = u32::from(e - b'0');
+                    let mut n = 1;
+                    while n < 3 && i < raw.len() && (b'0'..=b'7').contains(&raw[i]) {
+                        v = v * 8 + u32::from(raw[i] - b'0');
+                        i += 1;
+                        n += 1;
+                    }
+                    out.push(v as u8);
+                }
+                b'x' => {
+                    let mut v = 0u32;
+                    let mut n = 0;
+                    while n < 2 && i < raw.len() && raw[i].is_ascii_hexdigit() {
+                        v = v * 16 + (raw[i] as char).to_digit(16).unwrap_or(0);
+                        i += 1;
+                        n += 1;
+                    }
+                    out.push(v as u8);
+                }
+                other => out.push(other),
+            }
+        }
+        fields.push(Some(
+            String::from_utf8(out).map_err(|_| "COPY field is not UTF-8".to_string())?,
+        ));
+    }
+    Ok(fields)
+}
+
+/// A string literal for SQL text (standard_conforming_strings is on since
+/// Postgres 9.1, so only quotes need doubling).
+pub fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A quoted identifier.
+pub fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_the_text_forms() {
+        let d = |k: &PgKind, t: &str| decode(k, t).unwrap();
+        assert_eq!(d(&PgKind::Bool, "t"), Value::Bool(true));
+        assert_eq!(
+            d(
+                &PgKind::Decimal {
+                    precision: 12,
+                    scale: 2
+                },
+                "-123.4"
+            ),
+            Value::Decimal128(-12340)
+        );
+        assert_eq!(
+            d(
+                &PgKind::Decimal {
+                    precision: 5,
+                    scale: 0
+                },
+                "42"
+            ),
+            Value::Decimal128(42)
+        );
+        assert_eq!(d(&PgKind::Bytea, "\\x00ff"), Value::Binary(vec![0, 255]));
+        assert_eq!(d(&PgKind::Date, "1970-01-02"), Value::Date32(1));
+        assert_eq!(d(&PgKind::Date, "2000-03-01"), Value::Date32(11017));
+        assert_eq!(
+            d(&PgKind::Timestamp, "1970-01-01 00:00:01.5"),
+            Value::TimestampMicros(1_500_000)
+        );
+        assert_eq!(
+            d(&PgKind::TimestampTz, "1970-01-01 01:00:00+01"),
+            Value::TimestampMicros(0)
+        );
+        assert_eq!(
+            d(&PgKind::TimestampTz, "1969-12-31 23:59:59.999999+00"),
+            Value::TimestampMicros(-1)
+        );
+        assert_eq!(
+            d(&PgKind::Array(Box::new(PgKind::Int32)), "{1,NULL,3}"),
+            Value::List(vec![Value::Int32(1), Value::Null, Value::Int32(3)])
+        );
+        assert_eq!(
+            d(
+                &PgKind::Array(Box::new(PgKind::Text)),
+                r#"{"a,b","c\"d",e}"#
+            ),
+            Value::List(vec![
+                Value::Utf8("a,b".into()),
+                Value::Utf8("c\"d".into()),
+                Value::Utf8("e".into())
+            ])
+        );
+        assert!(decode(&PgKind::Array(Box::new(PgKind::Int32)), "{{1},{2}}").is_err());
+        assert!(
+            decode(
+                &PgKind::Decimal {
+                    precision: 5,
+                    scale: 1
+                },
+                "1.25"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn numeric_typmods() {
+        assert_eq!(
+            kind_of("numeric", (12 << 16 | 2) + 4),
+            PgKind::Decimal {
+                precision: 12,
+                scale: 2
+            }
+        );
+        assert_eq!(kind_of("numeric", -1), PgKind::Text);
+    }
+
+    #[test]
+    fn copy_text_fields() {
+        assert_eq!(
+            copy_fields(b"1\t\\N\ta\\tb\\\\c\\n").unwrap(),
+            vec![Some("1".into()), None, Some("a\tb\\c\n".into())]
+        );
+    }
+}
