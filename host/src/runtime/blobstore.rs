@@ -155,6 +155,9 @@ impl BlobScope {
 
     fn put_with(&self, path: &str, data: Vec<u8>, mode: PutMode) -> Result<(), BlobError> {
         let location = self.check(path)?;
+        if let Some(root) = &self.local_root {
+            return put_durably(root, path, &data, mode);
+        }
         self.block(async {
             let options = PutOptions {
                 mode,
@@ -192,7 +195,7 @@ impl BlobScope {
                 path: m.location.to_string(),
                 size: m.size,
             })
-            .filter(|m| m.path.starts_with(prefix))
+            .filter(|m| m.path.starts_with(prefix) && !is_temporary(&m.path))
             .collect())
     }
 
@@ -263,6 +266,64 @@ impl BlobScope {
         }
         Ok(())
     }
+}
+
+/// Marks the temporary files of [`put_durably`]; `list` never shows them.
+const TEMP_MARKER: &str = ".weir-tmp-";
+
+fn is_temporary(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|name| name.starts_with(TEMP_MARKER))
+}
+
+/// A local put that survives a power cut, not only a crash of the process:
+/// object_store's local backend renames without fsync, and a sink's commit
+/// is only as durable as this call. Write a temporary file, fsync it, move
+/// it into place (rename to overwrite; hard link to create, which fails if
+/// the name exists), then fsync the folder so the new name is durable too.
+fn put_durably(root: &FsPath, path: &str, data: &[u8], mode: PutMode) -> Result<(), BlobError> {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let io = |e: std::io::Error| BlobError::Io(format!("{path}: {e}"));
+    let target = root.join(path);
+    let folder = target.parent().expect("a checked path has a file name");
+    std::fs::create_dir_all(folder).map_err(io)?;
+    let temp = folder.join(format!(
+        "{TEMP_MARKER}{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut file = std::fs::File::create(&temp)?;
+        file.write_all(data)?;
+        file.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io(e));
+    }
+    let placed = match mode {
+        PutMode::Create => {
+            let linked = std::fs::hard_link(&temp, &target);
+            let _ = std::fs::remove_file(&temp);
+            match linked {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(BlobError::AlreadyExists(path.to_string()));
+                }
+                other => other,
+            }
+        }
+        _ => std::fs::rename(&temp, &target),
+    };
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io(e));
+    }
+    std::fs::File::open(folder)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io)
 }
 
 fn map_error(path: &str, error: object_store::Error) -> BlobError {
