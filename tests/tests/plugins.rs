@@ -28,6 +28,8 @@ fn inspect_reports_capabilities_of_every_shipped_plugin() {
     let cache = tempfile::tempdir().unwrap();
     let cases = [
         ("weir-parquet-sink", false),
+        ("weir-null-sink", false),
+        ("weir-iceberg-sink", true),
         ("weir-fixture-positioned", true),
         ("weir-fixture-trap", false),
         ("weir-fixture-spin", false),

@@ -45,13 +45,16 @@ fn streaming_and_backfill_rates_against_postgres_own_tools() {
     p.chunk_rows = 10_000;
     p.max_rows = 10_000;
     let pipeline = p.write(dir.path(), &dir.path().join("unused"));
-    // The sink keeps nothing on disk: memory:// (the fixture decodes every
-    // batch and encodes each commit, then drops it with the process).
+    // The null sink: every batch crosses into WebAssembly and is decoded
+    // there, then dropped, so the boundary cost counts and no destination does.
     let yaml = std::fs::read_to_string(&pipeline).unwrap();
-    let yaml = yaml.replace(
-        &format!("url: {}", dir.path().join("unused").display()),
-        "url: \"memory://\"",
-    );
+    let yaml = yaml
+        .replace(
+            &format!("url: {}", dir.path().join("unused").display()),
+            "url: \"memory://\"",
+        )
+        .replace("weir_fixture_positioned.wasm", "weir_null_sink.wasm");
+    assert!(yaml.contains("weir_null_sink.wasm"), "{yaml}");
     std::fs::write(&pipeline, yaml).unwrap();
     // First run: creates the slot at an empty table and commits a position,
     // so the next run streams the backlog.
