@@ -83,7 +83,17 @@ mod imp {
 mod imp {
     use super::Level;
 
+    /// Natively, trace and debug stay quiet unless `WEIR_SDK_LOG=debug`
+    /// (or `trace`): a benchmark or test run should not drown in them.
     pub fn log(level: Level, message: &str) {
-        eprintln!("[{}] {message}", level.as_str().to_uppercase());
+        let verbose = std::env::var("WEIR_SDK_LOG").unwrap_or_default();
+        let shown = match level {
+            Level::Trace => verbose == "trace",
+            Level::Debug => verbose == "debug" || verbose == "trace",
+            _ => true,
+        };
+        if shown {
+            eprintln!("[{}] {message}", level.as_str().to_uppercase());
+        }
     }
 }
