@@ -5,7 +5,7 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use weir::source::generator::expected_state;
@@ -30,19 +30,6 @@ fn exact_progress(pipeline: &std::path::Path) -> (u64, bool) {
     (lag, any)
 }
 
-/// A tiny deterministic generator for kill delays, seeded from the clock so
-/// every run probes other moments; the seed is printed to replay one.
-struct Delays(u64);
-
-impl Delays {
-    fn next_ms(&mut self, low: u64, high: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        low + self.0 % (high - low)
-    }
-}
-
 #[test]
 fn sigkill_mid_backlog_loses_nothing_and_duplicates_nothing_in_the_positioned_sink() {
     let dir = tempfile::tempdir().unwrap();
@@ -58,18 +45,7 @@ fn sigkill_mid_backlog_loses_nothing_and_duplicates_nothing_in_the_positioned_si
     let (exact_root, lake_root) = (exact.root.clone(), lake.root.clone());
     let pipeline = write_pipeline(dir.path(), &workload, &[exact, lake]);
 
-    let seed = std::env::var("WEIR_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("kill schedule seed: {seed} (set WEIR_CRASH_SEED to replay it)");
-    let mut delays = Delays(seed);
+    let mut delays = KillSchedule::from_env_or_clock();
 
     let mut landed = 0;
     let mut attempts = 0;

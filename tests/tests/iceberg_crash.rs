@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{status, tables, text, weir, weir_bin};
+use common::{KillSchedule, status, tables, text, weir, weir_bin};
 use iceberg_support::*;
 
 /// Where every table stands according to its Iceberg snapshots.
@@ -83,17 +83,6 @@ fn progress(pipeline: &Path) -> (u64, bool) {
     (lag, any)
 }
 
-struct Delays(u64);
-
-impl Delays {
-    fn next_ms(&mut self, low: u64, high: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        low + self.0 % (high - low)
-    }
-}
-
 #[test]
 fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
     let dir = tempfile::tempdir().unwrap();
@@ -119,18 +108,7 @@ fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
     let pipeline = write_pipeline(dir.path(), &lake, &spec);
     let pipeline_arg = pipeline.to_str().unwrap();
 
-    let kill_seed = std::env::var("WEIR_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("kill schedule seed: {kill_seed} (set WEIR_CRASH_SEED to replay it)");
-    let mut delays = Delays(kill_seed);
+    let mut delays = KillSchedule::from_env_or_clock();
 
     // The first run compiles the component (cached afterwards): let it get
     // going before the kills start.

@@ -410,3 +410,33 @@ pub fn assert_parquet_complete(root: &Path, expected: &ExpectedState) -> usize {
     }
     duplicates
 }
+
+/// Kill delays for crash tests: a tiny xorshift generator seeded from the
+/// clock, so every run probes other moments, or from `WEIR_CRASH_SEED` to
+/// replay one; the seed is printed either way.
+pub struct KillSchedule(u64);
+
+impl KillSchedule {
+    pub fn from_env_or_clock() -> Self {
+        let seed = std::env::var("WEIR_CRASH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        println!("kill schedule seed: {seed} (set WEIR_CRASH_SEED to replay it)");
+        KillSchedule(seed)
+    }
+
+    /// A delay in `low..high` milliseconds.
+    pub fn next_ms(&mut self, low: u64, high: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        low + self.0 % (high - low)
+    }
+}
