@@ -9,71 +9,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::batch::{BatchLimits, Batcher};
-use weir::pipeline::encode_ipc;
 use weir::runtime::bindings::v0_1_0::types as wit;
 use weir::runtime::plugin::{self, Limits, Plugin};
 use weir::runtime::{BlobScope, WasmEngine};
-use weir::source::Source;
-use weir::source::generator::{Generator, GeneratorConfig};
 use weir_sdk::native::NativeSink;
 
-struct Prepared {
-    meta: wit::Batch,
-    ipc: Vec<u8>,
-    high: Vec<u8>,
-}
-
-fn prepare(changes: u64, max_rows: usize) -> (Vec<Prepared>, usize) {
-    let mut source = Generator::new(GeneratorConfig {
-        seed: 99,
-        max_changes: Some(changes),
-    });
-    let mut batcher = Batcher::new(
-        source.tables(),
-        BatchLimits {
-            max_rows,
-            max_bytes: 64 << 20,
-            linger: Duration::from_secs(3600),
-        },
-        Vec::new(),
-    );
-    let mut flushes = Vec::new();
-    while let Some(tx) = source.next_transaction().unwrap() {
-        flushes.extend(batcher.push(tx).unwrap());
-    }
-    flushes.extend(batcher.flush(false));
-    let mut out = Vec::new();
-    let mut rows = 0;
-    for flush in flushes {
-        for batch in flush.batches {
-            rows += batch.rows();
-            out.push(Prepared {
-                meta: wit::Batch {
-                    table: wit::Table {
-                        name: batch.table.name.clone(),
-                        key_columns: batch.table.key_names(),
-                        mode: "upsert".into(),
-                        destination: batch.table.name.clone(),
-                        metadata: Vec::new(),
-                    },
-                    id: batch.id.clone(),
-                    low: batch.low.as_bytes().to_vec(),
-                    high: batch.high.as_bytes().to_vec(),
-                    rows: batch.rows() as u32,
-                },
-                ipc: encode_ipc(&batch.records).unwrap(),
-                high: batch.high.as_bytes().to_vec(),
-            });
-        }
-    }
-    (out, rows)
-}
+mod support;
+use support::{Prepared, prepare};
 
 fn commit_request(p: &Prepared) -> wit::CommitRequest {
     wit::CommitRequest {
         table: p.meta.table.name.clone(),
-        high: p.high.clone(),
+        high: p.meta.high.clone(),
         pipeline: "bench".into(),
         epoch: 1,
     }
@@ -150,7 +97,7 @@ fn main() {
             native
                 .commit(weir_sdk::CommitRequest {
                     table: p.meta.table.name.clone(),
-                    high: p.high.clone(),
+                    high: p.meta.high.clone(),
                     pipeline: "bench".into(),
                     epoch: 1,
                 })

@@ -274,7 +274,7 @@ fn last_commit(metadata: &TableMetadata, pipeline: &str, table: &str) -> Option<
             };
             let position = props
                 .get(POSITION_KEY)
-                .and_then(|h| hex_decode(h))
+                .and_then(|h| hex::decode(h).ok())
                 .ok_or_else(|| corrupt(POSITION_KEY));
             let epoch = props
                 .get(EPOCH_KEY)
@@ -323,7 +323,7 @@ impl TableCommit<'_> {
                 "table {} (Iceberg table {}), batch up to position {}: {why}",
                 self.table.name,
                 self.table.destination,
-                hex_encode(&self.request.high)
+                hex::encode(&self.request.high)
             )),
             false,
         )
@@ -454,7 +454,7 @@ impl TableCommit<'_> {
             );
         }
         let properties = HashMap::from([
-            (POSITION_KEY.to_string(), hex_encode(&self.request.high)),
+            (POSITION_KEY.to_string(), hex::encode(&self.request.high)),
             (EPOCH_KEY.to_string(), self.request.epoch.to_string()),
             (PIPELINE_KEY.to_string(), self.settings.pipeline.clone()),
             (TABLE_KEY.to_string(), self.table.name.clone()),
@@ -516,7 +516,7 @@ impl TableCommit<'_> {
                         self.name(),
                         self.settings.pipeline,
                         self.path,
-                        now.map(|c| hex_encode(&c.position)).unwrap_or_default()
+                        now.map(|c| hex::encode(&c.position)).unwrap_or_default()
                     )),
                     true,
                 ));
@@ -653,20 +653,6 @@ fn split_upsert(
         }
     }
     Ok((data, deletes))
-}
-
-fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 weir_sdk::export_positioned_sink!(IcebergSink);

@@ -174,23 +174,19 @@ pub fn changes(table: &TableSchema, batches: &[RecordBatch]) -> Vec<ReadChange> 
             out.push(ReadChange {
                 op: ops.value(row).to_string(),
                 pos: positions.value(row).to_vec(),
-                values: table
-                    .columns
-                    .iter()
-                    .zip(&columns)
-                    .map(|(c, a)| value_at(*a, &c.data_type, row))
-                    .collect(),
+                values: columns.iter().map(|a| value_at(*a, row)).collect(),
             });
         }
     }
     out
 }
 
-fn value_at(array: &dyn Array, data_type: &DataType, row: usize) -> Value {
+/// One cell as a [`Value`], by the array's own type (lists recursively).
+pub fn value_at(array: &dyn Array, row: usize) -> Value {
     if array.is_null(row) {
         return Value::Null;
     }
-    match data_type {
+    match array.data_type() {
         DataType::Boolean => Value::Bool(array.as_boolean().value(row)),
         DataType::Int32 => Value::Int32(array.as_primitive::<Int32Type>().value(row)),
         DataType::Int64 => Value::Int64(array.as_primitive::<Int64Type>().value(row)),
@@ -203,6 +199,14 @@ fn value_at(array: &dyn Array, data_type: &DataType, row: usize) -> Value {
         DataType::Date32 => Value::Date32(array.as_primitive::<Date32Type>().value(row)),
         DataType::Timestamp(_, _) => {
             Value::TimestampMicros(array.as_primitive::<TimestampMicrosecondType>().value(row))
+        }
+        DataType::List(_) => {
+            let list = array.as_list::<i32>().value(row);
+            Value::List(
+                (0..list.len())
+                    .map(|i| value_at(list.as_ref(), i))
+                    .collect(),
+            )
         }
         other => panic!("unexpected column type {other}"),
     }
@@ -374,13 +378,8 @@ pub fn positions_of(status: &serde_json::Value, sink: &str) -> BTreeMap<String, 
         .unwrap()
         .iter()
         .map(|t| {
-            let hex = t["position_hex"].as_str().map(|h| {
-                (0..h.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-                    .collect()
-            });
-            (t["table"].as_str().unwrap().to_string(), hex)
+            let position = t["position_hex"].as_str().map(|h| hex::decode(h).unwrap());
+            (t["table"].as_str().unwrap().to_string(), position)
         })
         .collect()
 }

@@ -108,7 +108,7 @@ impl Lake {
             if summary["weir.pipeline"] == pipeline && summary["weir.table"] == table {
                 let hex = summary["weir.position"].as_str().unwrap();
                 let epoch = summary["weir.epoch"].as_str().unwrap().parse().unwrap();
-                return Some((hex_decode(hex), epoch));
+                return Some((hex::decode(hex).unwrap(), epoch));
             }
             id = s["parent-snapshot-id"].as_i64();
         }
@@ -116,15 +116,8 @@ impl Lake {
     }
 }
 
-fn hex_decode(h: &str) -> Vec<u8> {
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// How a test pipeline maps the generator's tables.

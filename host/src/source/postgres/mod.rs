@@ -940,10 +940,11 @@ impl PostgresSource {
         }
     }
 
-    fn check_slot_and_publication(&mut self) -> Result<(), SourceError> {
+    /// The replication slot (if it exists) and whether the publication does.
+    fn slot_and_publication(&mut self) -> Result<(Option<catalog::SlotInfo>, bool), SourceError> {
         let slot_name = self.config.slot.clone();
         let publication = self.config.publication.clone();
-        let (slot, publication_exists) = self.with_client("checking the slot", |c| {
+        self.with_client("checking the slot", |c| {
             let s = slot_name.clone();
             let p = publication.clone();
             Box::pin(async move {
@@ -952,7 +953,12 @@ impl PostgresSource {
                     catalog::publication_exists(c, &p).await?,
                 ))
             })
-        })?;
+        })
+    }
+
+    fn check_slot_and_publication(&mut self) -> Result<(), SourceError> {
+        let (slot_name, publication) = (self.config.slot.clone(), self.config.publication.clone());
+        let (slot, publication_exists) = self.slot_and_publication()?;
         let position = self.skip_until.clone().unwrap_or_default();
         if slot.is_none() {
             return Err(SourceError::Resume {
@@ -1501,18 +1507,8 @@ impl PostgresSource {
     }
 
     fn begin_stream_or_backfill(&mut self, after: Option<&Position>) -> Result<(), SourceError> {
-        let slot_name = self.config.slot.clone();
-        let publication = self.config.publication.clone();
-        let (slot, publication_exists) = self.with_client("checking the slot", |c| {
-            let s = slot_name.clone();
-            let p = publication.clone();
-            Box::pin(async move {
-                Ok((
-                    catalog::slot(c, &s).await?,
-                    catalog::publication_exists(c, &p).await?,
-                ))
-            })
-        })?;
+        let (slot_name, publication) = (self.config.slot.clone(), self.config.publication.clone());
+        let (slot, publication_exists) = self.slot_and_publication()?;
         if let Some(after) = after
             && (slot.is_none() || !publication_exists)
         {
