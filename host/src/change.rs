@@ -6,33 +6,9 @@ use arrow_schema::DataType;
 
 use crate::position::Position;
 
-/// What happened to a row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    Insert,
-    Update,
-    Delete,
-    /// A row read by a snapshot (backfill); applied like an upsert.
-    Read,
-}
-
-impl Op {
-    /// The spelling sinks see in the `__op` control column.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Insert => "insert",
-            Op::Update => "update",
-            Op::Delete => "delete",
-            Op::Read => "read",
-        }
-    }
-}
-
-/// The time zone of every zoned timestamp column weir produces. An offset
-/// rather than the name `UTC`: Arrow readers without a time-zone database
-/// (arrow-rs without `chrono-tz`, which sinks built for WebAssembly
-/// usually are) can only read offset zones.
-pub const UTC_ZONE: &str = "+00:00";
+/// What happened to a row, and the time zone of zoned timestamps: the
+/// contract's, so sources, batches and sinks spell them alike.
+pub use weir_contract::{Op, UTC_ZONE};
 
 /// One column value. Sources convert their native values into these; the
 /// batcher turns them into Arrow arrays of the column's declared type.

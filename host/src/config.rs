@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+use weir_contract::{ContextField, Mode};
 
 use crate::commit::CommitPolicy;
+use crate::source::postgres::PostgresConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -32,8 +34,8 @@ pub struct PipelineConfig {
     pub source: SourceConfig,
     #[serde(default)]
     pub batch: BatchConfig,
-    #[serde(default)]
-    pub commit_policy: PolicyName,
+    #[serde(default, deserialize_with = "policy")]
+    pub commit_policy: CommitPolicy,
     /// Context columns to materialize in the destination.
     #[serde(default)]
     pub metadata: Vec<MetadataConfig>,
@@ -50,26 +52,23 @@ fn default_state_dir() -> PathBuf {
     PathBuf::from(".weir")
 }
 
-/// Exactly one source kind must be given.
+/// Where changes come from: exactly one kind.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceConfig {
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SourceConfig {
     /// The built-in deterministic change generator.
-    pub generator: Option<GeneratorSourceConfig>,
+    Generator(GeneratorSourceConfig),
     /// A PostgreSQL database, through logical replication (pgoutput).
-    pub postgres: Option<crate::source::postgres::PostgresConfig>,
+    Postgres(PostgresConfig),
 }
 
 impl SourceConfig {
-    pub fn generator(&self) -> &GeneratorSourceConfig {
-        self.generator
-            .as_ref()
-            .expect("validated: the source is the generator")
-    }
-
     /// The generator's pause between transactions; zero for other sources.
     pub fn pace(&self) -> Duration {
-        Duration::from_micros(self.generator.as_ref().map_or(0, |g| g.pace_us))
+        match self {
+            SourceConfig::Generator(g) => Duration::from_micros(g.pace_us),
+            SourceConfig::Postgres(_) => Duration::ZERO,
+        }
     }
 }
 
@@ -137,60 +136,49 @@ impl BatchConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum PolicyName {
-    #[default]
-    Required,
-    All,
-    Quorum,
-}
-
-impl From<PolicyName> for CommitPolicy {
-    fn from(p: PolicyName) -> Self {
-        match p {
-            PolicyName::Required => CommitPolicy::Required,
-            PolicyName::All => CommitPolicy::All,
-            PolicyName::Quorum => CommitPolicy::Quorum,
-        }
-    }
+fn policy<'de, D: Deserializer<'de>>(deserializer: D) -> Result<CommitPolicy, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    CommitPolicy::parse(&text).ok_or_else(|| {
+        let known: Vec<&str> = CommitPolicy::ALL.iter().map(|p| p.as_str()).collect();
+        serde::de::Error::custom(format!(
+            "commit_policy: `{text}` is not one of {}",
+            known.join(", ")
+        ))
+    })
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetadataConfig {
     /// One of op, pos, commit_ts, ingest_ts, snapshot, phase.
-    pub from: String,
+    #[serde(deserialize_with = "context_field")]
+    pub from: ContextField,
     /// The destination column name.
     #[serde(rename = "as")]
     pub name: String,
 }
 
+fn context_field<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ContextField, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(serde::de::Error::custom)
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TableConfig {
-    #[serde(default)]
-    pub mode: TableMode,
+    /// `upsert` (the default; a keyless table is appended anyway) or `append`.
+    #[serde(default, deserialize_with = "mode")]
+    pub mode: Mode,
     /// Destination name; defaults to the source name.
     #[serde(rename = "as")]
     pub destination: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum TableMode {
-    #[default]
-    Upsert,
-    Append,
-}
-
-impl TableMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TableMode::Upsert => "upsert",
-            TableMode::Append => "append",
-        }
-    }
+fn mode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Mode, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    Mode::parse(&text).ok_or_else(|| {
+        serde::de::Error::custom(format!("mode: `{text}` is not `upsert` or `append`"))
+    })
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -259,8 +247,6 @@ impl Default for LimitsConfig {
     }
 }
 
-const METADATA_FIELDS: [&str; 6] = ["op", "pos", "commit_ts", "ingest_ts", "snapshot", "phase"];
-
 impl PipelineConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -287,7 +273,7 @@ impl PipelineConfig {
         };
         let expanded = interpolate(text, &env).map_err(invalid)?;
         let mut config: PipelineConfig =
-            serde_yaml::from_str(&expanded).map_err(|e| invalid(e.to_string()))?;
+            serde_saphyr::from_str(&expanded).map_err(|e| invalid(e.to_string()))?;
         config.base_dir = base_dir.to_path_buf();
         config.validate().map_err(invalid)?;
         Ok(config)
@@ -295,14 +281,8 @@ impl PipelineConfig {
 
     fn validate(&self) -> Result<(), String> {
         check_name("pipeline", &self.pipeline)?;
-        match (&self.source.generator, &self.source.postgres) {
-            (Some(_), None) => {}
-            (None, Some(pg)) => pg.validate().map_err(|e| format!("source.postgres.{e}"))?,
-            _ => {
-                return Err(
-                    "source: name exactly one source kind (`generator` or `postgres`)".into(),
-                );
-            }
+        if let SourceConfig::Postgres(pg) = &self.source {
+            pg.validate().map_err(|e| format!("source.postgres.{e}"))?;
         }
         if self.sinks.is_empty() {
             return Err("sinks: at least one sink is needed".into());
@@ -342,13 +322,6 @@ impl PipelineConfig {
             return Err("batch.heartbeat_ms: must be at least 1".into());
         }
         for (i, m) in self.metadata.iter().enumerate() {
-            if !METADATA_FIELDS.contains(&m.from.as_str()) {
-                return Err(format!(
-                    "metadata[{i}].from: `{}` is not one of {}",
-                    m.from,
-                    METADATA_FIELDS.join(", ")
-                ));
-            }
             if m.name.is_empty() || m.name.starts_with("__") {
                 return Err(format!(
                     "metadata[{i}].as: `{}` must be non-empty and not start with `__` (reserved)",

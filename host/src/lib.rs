@@ -10,12 +10,15 @@
 
 pub mod batch;
 pub mod change;
-pub mod commit;
+pub mod cli;
 pub mod config;
 pub mod failpoint;
 pub mod pipeline;
-pub mod position;
 pub mod runtime;
 pub mod source;
 pub mod status;
 pub mod store;
+
+// The sans-IO core lives in its own crate (no I/O crate in its dependencies);
+// these keep the host's paths to it short.
+pub use weir_core::{commit, position};

@@ -1,13 +1,17 @@
 //! `weir status`: where every sink stands for every table, where that answer
 //! came from, and how far behind the source's head it is.
+//!
+//! The answer is the commit core's own recovery (the sink wins over the
+//! store), so status says exactly what the next run would resume from.
 
 use serde::Serialize;
 
+use crate::commit::{CommitPolicy, Core, SinkClaim, SinkSpec};
 use crate::config::PipelineConfig;
-use crate::pipeline::{self, RunError, RunOptions};
+use crate::pipeline::{RunError, RunOptions, setup};
 use crate::position::Position;
-use crate::runtime::WasmEngine;
-use crate::store::PositionStore;
+use crate::runtime::{SinkWorker, WasmEngine};
+use crate::store::{EmbeddedStore, PositionStore};
 
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -22,7 +26,7 @@ pub struct SinkStatus {
     pub sink: String,
     pub positioned: bool,
     pub required: bool,
-    /// Set when the sink could not be loaded to ask it.
+    /// Set when the sink could not be loaded or asked.
     pub error: Option<String>,
     pub tables: Vec<TableStatus>,
 }
@@ -41,83 +45,62 @@ pub struct TableStatus {
     pub lag_transactions: Option<u64>,
 }
 
-pub fn status(config: &PipelineConfig) -> Result<Status, RunError> {
-    let io = pipeline::io_runtime()?;
-    let store = PositionStore::open(&config.store_path()).map_err(|e| {
+pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<Status, RunError> {
+    let store = EmbeddedStore::open(&config.store_path()).map_err(|e| {
         RunError::Setup(format!(
             "{e} (if `weir run` is running for this pipeline, it holds the store; stop it first)"
         ))
     })?;
     let engine = WasmEngine::new(&config.cache_dir())?;
-    let source = pipeline::make_source(config, &RunOptions::default())?;
+    let source = setup::make_source(config, &RunOptions::default())?;
     let head = source.head();
     let tables = source.tables();
-    let sinks = pipeline::start_sinks(config, &engine, io.handle());
-    let mut out = Vec::new();
-    let started = match sinks {
-        Ok(s) => Some(s),
+    let started = match setup::start_sinks(config, &engine, io) {
+        Ok(sinks) => Some(sinks),
         Err(e) => {
             tracing::warn!("{e}");
             None
         }
     };
+    let mut out = Vec::new();
     for (i, sink) in config.sinks.iter().enumerate() {
         let worker = started
             .as_ref()
             .and_then(|s| s.workers.get(i))
             .and_then(Option::as_ref);
+        let mut error = match &started {
+            Some(s) => s.failed_to_start.get(&sink.name).cloned(),
+            None => Some("could not load the sinks; run `weir run` to see why".into()),
+        };
         let positioned = worker.is_some_and(|w| w.info.positioned());
-        let mut error = started
-            .as_ref()
-            .and_then(|s| s.failed_to_start.get(&sink.name).cloned());
-        if started.is_none() {
-            error = Some("could not load the sinks; run `weir run` to see why".into());
-        }
+        // A core of one sink, recovered the way a run would recover it.
+        let spec = SinkSpec {
+            name: sink.name.clone(),
+            required: sink.required,
+            positioned,
+        };
+        let names = tables.iter().map(|t| t.name.clone()).collect();
+        let mut core = Core::new(&config.pipeline, 0, CommitPolicy::All, names, vec![spec]);
         let mut rows = Vec::new();
         for table in &tables {
             let from_store = store.get(&config.pipeline, &sink.name, &table.name)?;
             let from_sink = match worker {
-                Some(w) if positioned => match w.committed(&config.pipeline, &table.name).wait() {
-                    Ok(p) => p.map(|c| Position::from_bytes(c.position)),
-                    Err(e) => {
-                        error = Some(e.to_string());
-                        None
-                    }
-                },
+                Some(w) if positioned => ask(w, &config.pipeline, &table.name, &mut error),
                 _ => None,
             };
-            let (position, origin) = if positioned {
-                (
-                    from_sink.clone(),
-                    if from_sink.is_some() { "sink" } else { "none" },
-                )
-            } else {
-                (
-                    from_store.clone(),
-                    if from_store.is_some() {
-                        "store"
-                    } else {
-                        "none"
-                    },
-                )
-            };
-            let lag = match (&head, &position) {
-                (Some(h), Some(p)) => match (h.as_stream(), p.as_stream()) {
-                    (Some((h, _)), Some((p, _))) => Some(h.saturating_sub(p)),
-                    _ => None,
-                },
-                (Some(h), None) => h.as_stream().map(|(h, _)| h),
-                _ => None,
-            };
+            let claimed = from_sink.as_ref().map(|c| c.position.clone());
+            core.recover(0, &table.name, from_sink, from_store.clone())?;
+            let committed = core.committed(0, &table.name);
+            let position = committed.map(|(p, _)| p.clone());
             rows.push(TableStatus {
                 table: table.name.clone(),
                 position_hex: position.as_ref().map(Position::to_hex),
                 position: position.as_ref().map(ToString::to_string),
-                source: origin,
-                store_position: (positioned && from_store != from_sink)
+                source: committed.map_or("none", |(_, origin)| origin.as_str()),
+                store_position: (positioned && from_store != claimed)
                     .then(|| from_store.as_ref().map(ToString::to_string))
                     .flatten(),
-                lag_transactions: lag,
+                lag_transactions: lag(head.as_ref(), position.as_ref()),
             });
         }
         out.push(SinkStatus {
@@ -134,4 +117,33 @@ pub fn status(config: &PipelineConfig) -> Result<Status, RunError> {
         source_head: head.as_ref().map(ToString::to_string),
         sinks: out,
     })
+}
+
+/// A positioned sink's claim for a table; a failure to answer is noted as
+/// the sink's error and counts as no claim.
+fn ask(
+    worker: &SinkWorker,
+    pipeline: &str,
+    table: &str,
+    error: &mut Option<String>,
+) -> Option<SinkClaim> {
+    match worker.committed(pipeline, table).wait() {
+        Ok(claim) => claim.map(|c| SinkClaim {
+            position: c.position,
+            epoch: c.epoch,
+        }),
+        Err(e) => {
+            *error = Some(e.to_string());
+            None
+        }
+    }
+}
+
+/// Streaming transactions between a committed position and the head.
+fn lag(head: Option<&Position>, position: Option<&Position>) -> Option<u64> {
+    let (head, _) = head?.as_stream()?;
+    match position {
+        None => Some(head),
+        Some(p) => p.as_stream().map(|(p, _)| head.saturating_sub(p)),
+    }
 }

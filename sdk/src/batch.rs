@@ -1,58 +1,12 @@
 //! Batches of changes, decoded from the Arrow IPC stream the host sends.
 
-use std::fmt;
 use std::io::Cursor;
 
 use arrow_array::{Array, BinaryArray, RecordBatch, StringArray};
 use arrow_ipc::reader::StreamReader;
 use arrow_schema::DataType;
 
-use crate::{Result, SinkError};
-
-/// Name of the control column holding each row's operation (utf8: `insert`,
-/// `update`, `delete` or `read`). Always present; not meant for the
-/// destination. Read it through [`Batch::ops`].
-pub const OP_COLUMN: &str = "__op";
-
-/// Name of the control column holding each row's position (binary, compares
-/// byte by byte in source order). Always present; not meant for the
-/// destination. Read it through [`Batch::positions`].
-pub const POS_COLUMN: &str = "__pos";
-
-/// How the pipeline maps a table onto the destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// The destination mirrors the source: apply inserts and updates as an
-    /// upsert at the key, remove the row on delete.
-    Upsert,
-    /// Every change becomes a new row, deletes included.
-    Append,
-}
-
-impl Mode {
-    /// Parses the WIT spelling: `upsert` or `append`.
-    pub fn parse(s: &str) -> Option<Mode> {
-        match s {
-            "upsert" => Some(Mode::Upsert),
-            "append" => Some(Mode::Append),
-            _ => None,
-        }
-    }
-
-    /// The WIT spelling: `upsert` or `append`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Upsert => "upsert",
-            Mode::Append => "append",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::{Mode, OP_COLUMN, Op, POS_COLUMN, Result, SinkError};
 
 /// A context column the operator asked to see in the destination. It is
 /// already present in every batch, under `name`.
@@ -97,49 +51,6 @@ impl Table {
             mode: Mode::Append,
             metadata: Vec::new(),
         }
-    }
-}
-
-/// The operation a row records, from the [`OP_COLUMN`] column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// A new row.
-    Insert,
-    /// A changed row; it carries the new values.
-    Update,
-    /// A removed row; it carries the key columns, the others are null.
-    /// Deleting a key the destination does not have is success.
-    Delete,
-    /// A row read by a snapshot or backfill: treat it like an upsert.
-    Read,
-}
-
-impl Op {
-    /// Parses the spelling used in [`OP_COLUMN`].
-    pub fn parse(s: &str) -> Option<Op> {
-        match s {
-            "insert" => Some(Op::Insert),
-            "update" => Some(Op::Update),
-            "delete" => Some(Op::Delete),
-            "read" => Some(Op::Read),
-            _ => None,
-        }
-    }
-
-    /// The spelling used in [`OP_COLUMN`].
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Insert => "insert",
-            Op::Update => "update",
-            Op::Delete => "delete",
-            Op::Read => "read",
-        }
-    }
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -56,10 +56,13 @@ pub mod native;
 #[doc(hidden)]
 pub mod __private;
 
-pub use batch::{Batch, BatchMeta, MetadataColumn, Mode, OP_COLUMN, Op, POS_COLUMN, Table};
+pub use batch::{Batch, BatchMeta, MetadataColumn, Table};
+// One definition of these, in the contract crate, so a sink and the host
+// cannot spell a control column or an operation differently.
 pub use blob::BlobError;
 pub use config::Config;
 pub use error::{Result, SinkError};
+pub use weir_contract::{Mode, OP_COLUMN, Op, POS_COLUMN};
 
 /// A request to make everything staged for one table durable and visible.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -129,12 +129,10 @@ pub fn with_blob_root<R>(root: &Path, f: impl FnOnce() -> R) -> R {
 }
 
 /// Encodes rows as an Arrow IPC stream, the form the host sends to
-/// [`Sink::write`]. Panics only if Arrow cannot encode the batch.
+/// [`Sink::write`] (the host encodes with the same function). Panics only if
+/// Arrow cannot encode the batch.
 pub fn encode_ipc(batch: &RecordBatch) -> Vec<u8> {
-    let mut writer = arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())
-        .expect("Arrow IPC stream header");
-    writer.write(batch).expect("Arrow IPC record batch");
-    writer.into_inner().expect("Arrow IPC stream end")
+    weir_contract::ipc::encode(batch).expect("Arrow IPC stream of one record batch")
 }
 
 /// The native blob backend: a local directory.
@@ -145,10 +143,9 @@ pub(crate) mod store {
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use crate::blob::{BlobError, ObjectMeta};
+    use weir_contract::blob_path::{self, TEMP_MARKER};
 
-    /// Marks temporary files; `list` skips them.
-    const TEMP_MARK: &str = ".weir-tmp.";
+    use crate::blob::{BlobError, ObjectMeta};
 
     thread_local! {
         static ROOT: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
@@ -177,50 +174,23 @@ pub(crate) mod store {
 
     /// Checks a relative path against the host's rules.
     fn check(path: &str) -> Result<(), BlobError> {
-        let deny = |why: &str| Err(BlobError::Denied(format!("{path:?}: {why}")));
-        if path.is_empty() {
-            return deny("empty path");
-        }
-        if path.starts_with('/') {
-            return deny("absolute path");
-        }
-        if path.contains('\\') {
-            return deny("backslash in path");
-        }
-        if path.contains('\0') {
-            return deny("NUL in path");
-        }
-        for segment in path.split('/') {
-            match segment {
-                "" => return deny("empty segment"),
-                "." | ".." => return deny("`.` or `..` segment"),
-                _ => {}
-            }
-        }
-        Ok(())
+        blob_path::check(path).map_err(|why| deny(path, why))
     }
 
-    /// Refuses links anywhere under the root on the way to `rel`, so nothing
-    /// can lead out of the root.
-    fn no_links(root: &Path, rel: &str) -> Result<(), BlobError> {
-        let mut at = root.to_path_buf();
-        for segment in rel.split('/') {
-            at.push(segment);
-            match fs::symlink_metadata(&at) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    return Err(BlobError::Denied(format!("{rel:?}: leads through a link")));
-                }
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        Ok(())
+    /// Refuses a path through a link that leads out of the root, as the
+    /// host does.
+    fn check_links(root: &Path, path: &str) -> Result<(), BlobError> {
+        blob_path::check_links(root, path).map_err(|why| deny(path, why))
+    }
+
+    fn deny(path: &str, why: &str) -> BlobError {
+        BlobError::Denied(format!("path `{path}` {why}"))
     }
 
     fn resolve(path: &str) -> Result<PathBuf, BlobError> {
         check(path)?;
         let root = root()?;
-        no_links(&root, path)?;
+        check_links(&root, path)?;
         Ok(root.join(path))
     }
 
@@ -264,7 +234,7 @@ pub(crate) mod store {
             .expect("a resolved path has a file name")
             .to_string_lossy();
         let temp = parent.join(format!(
-            ".{name}{TEMP_MARK}{}.{}",
+            "{TEMP_MARKER}{name}-{}-{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
@@ -322,43 +292,80 @@ pub(crate) mod store {
         let start = if folder.is_empty() {
             root.clone()
         } else {
-            no_links(&root, folder)?;
+            check_links(&root, folder)?;
             root.join(folder)
         };
-        let mut found = Vec::new();
-        walk(&start, folder, prefix, &mut found).map_err(|e| io_error(prefix, e))?;
-        Ok(found)
+        let mut listing = Listing {
+            root: &root,
+            prefix,
+            entered: Vec::new(),
+            found: Vec::new(),
+        };
+        listing
+            .walk(&start, folder)
+            .map_err(|e| io_error(prefix, e))?;
+        Ok(listing.found)
     }
 
-    fn walk(dir: &Path, rel: &str, prefix: &str, found: &mut Vec<ObjectMeta>) -> io::Result<()> {
-        let entries = match fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        for entry in entries {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = if rel.is_empty() {
-                name.clone()
-            } else {
-                format!("{rel}/{name}")
+    /// A walk of the folders under a prefix.
+    struct Listing<'a> {
+        root: &'a Path,
+        prefix: &'a str,
+        /// The resolved folders on the way down, so a link back to one of
+        /// them ends the descent instead of looping.
+        entered: Vec<PathBuf>,
+        found: Vec<ObjectMeta>,
+    }
+
+    impl Listing<'_> {
+        fn walk(&mut self, dir: &Path, rel: &str) -> io::Result<()> {
+            let entries = match fs::read_dir(dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e),
             };
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                // Only descend where objects under the prefix can be.
-                let folder = format!("{path}/");
-                if folder.starts_with(prefix) || prefix.starts_with(&folder) {
-                    walk(&entry.path(), &path, prefix, found)?;
-                }
-            } else if kind.is_file() && !name.contains(TEMP_MARK) && path.starts_with(prefix) {
-                found.push(ObjectMeta {
-                    path,
-                    size: entry.metadata()?.len(),
-                });
+            let resolved = dir.canonicalize()?;
+            if self.entered.contains(&resolved) {
+                return Ok(());
             }
+            self.entered.push(resolved);
+            for entry in entries {
+                let entry = entry?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let path = if rel.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{rel}/{name}")
+                };
+                // Same rule as a get: a link is followed only where it
+                // resolves inside the root; one leading out is not listed.
+                let meta = if entry.file_type()?.is_symlink() {
+                    if blob_path::check_links(self.root, &path).is_err() {
+                        continue;
+                    }
+                    fs::metadata(entry.path())?
+                } else {
+                    entry.metadata()?
+                };
+                if meta.is_dir() {
+                    // Only descend where objects under the prefix can be.
+                    let folder = format!("{path}/");
+                    if folder.starts_with(self.prefix) || self.prefix.starts_with(&folder) {
+                        self.walk(&entry.path(), &path)?;
+                    }
+                } else if meta.is_file()
+                    && !blob_path::is_temporary(&path)
+                    && path.starts_with(self.prefix)
+                {
+                    self.found.push(ObjectMeta {
+                        path,
+                        size: meta.len(),
+                    });
+                }
+            }
+            self.entered.pop();
+            Ok(())
         }
-        Ok(())
     }
 
     pub fn delete(path: &str) -> Result<(), BlobError> {
@@ -427,6 +434,20 @@ mod tests {
                 ));
             });
             assert!(!outside.join("x").exists());
+            // Listing skips the link out; a link inside the root is followed.
+            std::fs::write(outside.join("secret"), b"s").unwrap();
+            std::fs::create_dir_all(root.join("real")).unwrap();
+            std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+            with_blob_root(&root, || {
+                blob::put("alias/y", b"y").unwrap();
+                let mut listed: Vec<String> = blob::list("")
+                    .unwrap()
+                    .into_iter()
+                    .map(|m| m.path)
+                    .collect();
+                listed.sort();
+                assert_eq!(listed, ["alias/y", "real/y"]);
+            });
             let _ = std::fs::remove_dir_all(&outside);
         }
         let _ = std::fs::remove_dir_all(&root);

@@ -9,22 +9,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::runtime::bindings::v0_1_0::types as wit;
-use weir::runtime::plugin::{self, Limits, Plugin};
-use weir::runtime::{BlobScope, WasmEngine};
+use weir::runtime::plugin;
+use weir::runtime::{BlobScope, Limits, Plugin, WasmEngine};
 use weir_sdk::native::NativeSink;
 
 mod support;
-use support::{Prepared, prepare};
-
-fn commit_request(p: &Prepared) -> wit::CommitRequest {
-    wit::CommitRequest {
-        table: p.meta.table.name.clone(),
-        high: p.meta.high.clone(),
-        pipeline: "bench".into(),
-        epoch: 1,
-    }
-}
+use support::prepare;
 
 fn main() {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -69,8 +59,8 @@ fn main() {
         instance.open("bench", &[]).unwrap();
         let started = Instant::now();
         for p in &batches {
-            instance.write(&p.meta, &p.ipc).unwrap();
-            instance.commit(&commit_request(p)).unwrap();
+            instance.write(&p.header, &p.ipc).unwrap();
+            instance.commit(&p.commit_request()).unwrap();
         }
         wasm_best = wasm_best.min(started.elapsed());
 
@@ -80,28 +70,8 @@ fn main() {
         native.open("bench", &[]).unwrap();
         let started = Instant::now();
         for p in &batches {
-            let meta = weir_sdk::BatchMeta {
-                table: weir_sdk::Table {
-                    name: p.meta.table.name.clone(),
-                    key_columns: p.meta.table.key_columns.clone(),
-                    mode: weir_sdk::Mode::Upsert,
-                    destination: p.meta.table.destination.clone(),
-                    metadata: Vec::new(),
-                },
-                id: p.meta.id.clone(),
-                low: p.meta.low.clone(),
-                high: p.meta.high.clone(),
-                rows: p.meta.rows,
-            };
-            native.write(meta, &p.ipc).unwrap();
-            native
-                .commit(weir_sdk::CommitRequest {
-                    table: p.meta.table.name.clone(),
-                    high: p.meta.high.clone(),
-                    pipeline: "bench".into(),
-                    epoch: 1,
-                })
-                .unwrap();
+            native.write(p.native_meta(), &p.ipc).unwrap();
+            native.commit(p.native_commit()).unwrap();
         }
         native_best = native_best.min(started.elapsed());
     }

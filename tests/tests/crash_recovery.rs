@@ -8,7 +8,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use weir::source::generator::expected_state;
 
 /// Lag (in source transactions) summed over the exact sink's tables, or
 /// None when it has committed nothing at all yet.
@@ -33,19 +32,13 @@ fn exact_progress(pipeline: &std::path::Path) -> (u64, bool) {
 #[test]
 fn sigkill_mid_backlog_loses_nothing_and_duplicates_nothing_in_the_positioned_sink() {
     let dir = tempfile::tempdir().unwrap();
-    let workload = Workload {
-        seed: 7,
-        max_changes: 60_000,
-        max_rows: 400,
-        linger_ms: 20,
-        pace_us: 300,
-    };
-    let exact = SinkDef::new("exact", "weir-fixture-positioned", dir.path());
-    let lake = SinkDef::new("lake", "weir-parquet-sink", dir.path());
-    let (exact_root, lake_root) = (exact.root.clone(), lake.root.clone());
-    let pipeline = write_pipeline(dir.path(), &workload, &[exact, lake]);
+    let workload = workload(7, 60_000, 400)
+        .pace_us(300)
+        .sink(sink("exact", "weir-fixture-positioned", dir.path()))
+        .sink(sink("lake", "weir-parquet-sink", dir.path()));
+    let pipeline = workload.write_in(dir.path());
 
-    let mut delays = KillSchedule::from_env_or_clock();
+    let mut delays = KillSchedule::from_env_or_random();
 
     let mut landed = 0;
     let mut attempts = 0;
@@ -98,9 +91,9 @@ fn sigkill_mid_backlog_loses_nothing_and_duplicates_nothing_in_the_positioned_si
 
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(out.status.success(), "the final run failed: {}", text(&out));
-    let expected = expected_state(workload.seed, workload.max_changes);
-    assert_positioned_exact(&exact_root, &expected);
-    let duplicates = assert_parquet_complete(&lake_root, &expected);
+    let expected = expected_state(workload.seed(), workload.max_changes());
+    assert_positioned_exact(&sink_root(dir.path(), "exact"), &expected);
+    let duplicates = assert_parquet_complete(&sink_root(dir.path(), "lake"), &expected);
     println!(
         "{landed} kills landed mid-backlog; positioned sink exact; parquet sink complete by key with {duplicates} replayed changes"
     );
@@ -109,17 +102,10 @@ fn sigkill_mid_backlog_loses_nothing_and_duplicates_nothing_in_the_positioned_si
 #[test]
 fn a_kill_between_the_sink_commit_and_the_store_write_replays_only_into_the_plain_sink() {
     let dir = tempfile::tempdir().unwrap();
-    let workload = Workload {
-        seed: 11,
-        max_changes: 3_000,
-        max_rows: 200,
-        linger_ms: 20,
-        pace_us: 0,
-    };
-    let exact = SinkDef::new("exact", "weir-fixture-positioned", dir.path());
-    let lake = SinkDef::new("lake", "weir-parquet-sink", dir.path());
-    let (exact_root, lake_root) = (exact.root.clone(), lake.root.clone());
-    let pipeline = write_pipeline(dir.path(), &workload, &[exact, lake]);
+    let workload = workload(11, 3_000, 200)
+        .sink(sink("exact", "weir-fixture-positioned", dir.path()))
+        .sink(sink("lake", "weir-parquet-sink", dir.path()));
+    let pipeline = workload.write_in(dir.path());
 
     // Both sinks commit in the same wave, so after the 9th acknowledged
     // commit both hold data the store has not recorded.
@@ -147,43 +133,30 @@ fn a_kill_between_the_sink_commit_and_the_store_write_replays_only_into_the_plai
     );
     // Recover with other batch limits, so replayed batches get other ids and
     // the plain sink cannot overwrite them: its duplicates become visible.
-    rewrite_max_rows(&pipeline, 200, 137);
+    let workload = workload.max_rows(137);
+    workload.write(&pipeline);
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(
         out.status.success(),
         "the recovery run failed: {}",
         text(&out)
     );
-    let expected = expected_state(workload.seed, workload.max_changes);
-    assert_positioned_exact(&exact_root, &expected);
-    let duplicates = assert_parquet_complete(&lake_root, &expected);
+    let expected = expected_state(workload.seed(), workload.max_changes());
+    assert_positioned_exact(&sink_root(dir.path(), "exact"), &expected);
+    let duplicates = assert_parquet_complete(&sink_root(dir.path(), "lake"), &expected);
     assert!(
         duplicates > 0,
         "the plain sink's commit was not in the store, so its batch must have been replayed"
     );
 }
 
-fn rewrite_max_rows(pipeline: &std::path::Path, from: usize, to: usize) {
-    let yaml = std::fs::read_to_string(pipeline).unwrap();
-    let changed = yaml.replace(&format!("max_rows: {from},"), &format!("max_rows: {to},"));
-    assert_ne!(yaml, changed);
-    std::fs::write(pipeline, changed).unwrap();
-}
-
 #[test]
 fn losing_the_position_store_keeps_the_positioned_sink_exact_and_shows_replays_in_the_plain_one() {
     let dir = tempfile::tempdir().unwrap();
-    let workload = Workload {
-        seed: 5,
-        max_changes: 2_000,
-        max_rows: 150,
-        linger_ms: 20,
-        pace_us: 0,
-    };
-    let exact = SinkDef::new("exact", "weir-fixture-positioned", dir.path());
-    let lake = SinkDef::new("lake", "weir-parquet-sink", dir.path());
-    let (exact_root, lake_root) = (exact.root.clone(), lake.root.clone());
-    let pipeline = write_pipeline(dir.path(), &workload, &[exact, lake]);
+    let workload = workload(5, 2_000, 150)
+        .sink(sink("exact", "weir-fixture-positioned", dir.path()))
+        .sink(sink("lake", "weir-parquet-sink", dir.path()));
+    let pipeline = workload.write_in(dir.path());
 
     let out = weir(
         &["run", pipeline.to_str().unwrap()],
@@ -197,16 +170,17 @@ fn losing_the_position_store_keeps_the_positioned_sink_exact_and_shows_replays_i
         );
     }
     std::fs::remove_file(dir.path().join("state/positions.redb")).unwrap();
-    rewrite_max_rows(&pipeline, 150, 91);
+    let workload = workload.max_rows(91);
+    workload.write(&pipeline);
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(
         out.status.success(),
         "the run after losing the store failed: {}",
         text(&out)
     );
-    let expected = expected_state(workload.seed, workload.max_changes);
-    assert_positioned_exact(&exact_root, &expected);
-    let duplicates = assert_parquet_complete(&lake_root, &expected);
+    let expected = expected_state(workload.seed(), workload.max_changes());
+    assert_positioned_exact(&sink_root(dir.path(), "exact"), &expected);
+    let duplicates = assert_parquet_complete(&sink_root(dir.path(), "lake"), &expected);
     assert!(
         duplicates > 0,
         "without the store the plain sink restarts from the beginning: duplicates, not loss"

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{KillSchedule, status, tables, text, weir, weir_bin};
+use common::{KillSchedule, TableMode, expected_state, status, tables, text, weir, weir_bin};
 use iceberg_support::*;
 
 /// Where every table stands according to its Iceberg snapshots.
@@ -93,22 +93,16 @@ fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
     // iceberg crate's scan slows down with the number of equality-delete
     // files (DuckDB much less so).
     let (seed, changes) = (17, 30_000);
-    let spec = Spec {
-        pipeline: "crash",
-        seed,
-        max_changes: changes,
-        pace_us: 1_500,
-        max_rows: 5_000,
-        linger_ms: 600,
-        heartbeat_ms: 2_000,
-        mode: "upsert",
-        metadata: &[("pos", "change_pos")],
-        state_dir: "state",
-    };
-    let pipeline = write_pipeline(dir.path(), &lake, &spec);
+    let pipeline = iceberg_pipeline("crash", seed, changes, TableMode::Upsert, &lake)
+        .pace_us(1_500)
+        .max_rows(5_000)
+        .linger_ms(600)
+        .heartbeat_ms(2_000)
+        .metadata("pos", "change_pos")
+        .write_in(dir.path());
     let pipeline_arg = pipeline.to_str().unwrap();
 
-    let mut delays = KillSchedule::from_env_or_clock();
+    let mut delays = KillSchedule::from_env_or_random();
 
     // The first run compiles the component (cached afterwards): let it get
     // going before the kills start.
@@ -199,7 +193,7 @@ fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
     // The final state is the generator's whole stream.
     let at = committed(&lake, "crash");
     let full = upsert_state_at(seed, changes, &at);
-    let expected = weir::source::generator::expected_state(seed, changes);
+    let expected = expected_state(seed, changes);
     for table in tables() {
         assert_eq!(
             full[&table.name].len(),
@@ -220,19 +214,12 @@ fn losing_the_host_store_keeps_iceberg_tables_exact() {
         root: dir.path().join("lake"),
     };
     let (seed, changes) = (23, 4_000);
-    let spec = Spec {
-        pipeline: "lost",
-        seed,
-        max_changes: changes,
-        pace_us: 0,
-        max_rows: 150,
-        linger_ms: 20,
-        heartbeat_ms: 500,
-        mode: "upsert",
-        metadata: &[("pos", "change_pos")],
-        state_dir: "state",
-    };
-    let pipeline = write_pipeline(dir.path(), &lake, &spec);
+    let pipeline = iceberg_pipeline("lost", seed, changes, TableMode::Upsert, &lake)
+        .max_rows(150)
+        .linger_ms(20)
+        .heartbeat_ms(500)
+        .metadata("pos", "change_pos")
+        .write_in(dir.path());
     let out = weir(
         &["run", pipeline.to_str().unwrap()],
         &[("WEIR_FAILPOINT", "after-store-write@12")],
@@ -257,7 +244,7 @@ fn losing_the_host_store_keeps_iceberg_tables_exact() {
         text(&out)
     );
     assert_exact(&lake, "lost", seed, changes, true, "after losing the store");
-    let expected = weir::source::generator::expected_state(seed, changes);
+    let expected = expected_state(seed, changes);
     let at = committed(&lake, "lost");
     let state = upsert_state_at(seed, changes, &at);
     for table in tables() {
@@ -272,21 +259,18 @@ fn a_zombie_host_with_an_older_epoch_is_fenced_and_writes_nothing_visible() {
         root: dir.path().join("lake"),
     };
     let (seed, changes) = (29, 6_000);
-    let spec = |state_dir, pace_us| Spec {
-        pipeline: "zombie",
-        seed,
-        max_changes: changes,
-        pace_us,
-        max_rows: 400,
-        linger_ms: 20,
-        heartbeat_ms: 500,
-        mode: "upsert",
-        metadata: &[("pos", "change_pos")],
-        state_dir,
+    let host = |state_dir: &str, pace_us| {
+        iceberg_pipeline("zombie", seed, changes, TableMode::Upsert, &lake)
+            .pace_us(pace_us)
+            .max_rows(400)
+            .linger_ms(20)
+            .heartbeat_ms(500)
+            .metadata("pos", "change_pos")
+            .state_dir(state_dir)
     };
     // Host A starts (epoch 1), commits a little, and freezes: a host that
     // lost its lease without knowing it (a long GC pause, a partition).
-    let a = write_pipeline(dir.path(), &lake, &spec("state-a", 1_000));
+    let a = host("state-a", 1_000).write_in(dir.path());
     let mut zombie = std::process::Command::new(weir_bin())
         .args(["run", a.to_str().unwrap()])
         .env("WEIR_LOG", "error")
@@ -318,7 +302,7 @@ fn a_zombie_host_with_an_older_epoch_is_fenced_and_writes_nothing_visible() {
     // so it runs as epoch 2, and drains the whole stream.
     let b_dir = dir.path().join("b");
     std::fs::create_dir_all(&b_dir).unwrap();
-    let b = write_pipeline(&b_dir, &lake, &spec("state-b", 0));
+    let b = host("state-b", 0).write_in(&b_dir);
     let out = weir(&["run", b.to_str().unwrap(), "--json"], &[]);
     assert!(out.status.success(), "host B failed: {}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -8,7 +8,7 @@ mod iceberg_support;
 
 use std::collections::BTreeMap;
 
-use common::{tables, text, weir};
+use common::{TableMode, tables, text, weir};
 use iceberg_support::*;
 
 const SEED: u64 = 3;
@@ -20,19 +20,13 @@ fn upsert_tables_equal_the_generator_state_in_the_crate_and_duckdb() {
     let lake = Lake {
         root: dir.path().join("lake"),
     };
-    let spec = Spec {
-        pipeline: "up",
-        seed: SEED,
-        max_changes: CHANGES,
-        pace_us: 0,
-        max_rows: 700,
-        linger_ms: 20,
-        heartbeat_ms: 500,
-        mode: "upsert",
-        metadata: &[("pos", "change_pos")],
-        state_dir: "state-up",
-    };
-    let pipeline = write_pipeline(dir.path(), &lake, &spec);
+    let pipeline = iceberg_pipeline("up", SEED, CHANGES, TableMode::Upsert, &lake)
+        .max_rows(700)
+        .linger_ms(20)
+        .heartbeat_ms(500)
+        .metadata("pos", "change_pos")
+        .state_dir("state-up")
+        .write_in(dir.path());
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
 
@@ -96,19 +90,14 @@ fn append_tables_hold_every_change_in_all_three_readers() {
     let lake = Lake {
         root: dir.path().join("lake"),
     };
-    let spec = Spec {
-        pipeline: "log",
-        seed: SEED,
-        max_changes: APPEND_CHANGES,
-        pace_us: 0,
-        max_rows: 1,
-        linger_ms: 20,
-        heartbeat_ms: 500,
-        mode: "append",
-        metadata: &[("op", "change_op"), ("pos", "change_pos")],
-        state_dir: "state-log",
-    };
-    let pipeline = write_pipeline(dir.path(), &lake, &spec);
+    let pipeline = iceberg_pipeline("log", SEED, APPEND_CHANGES, TableMode::Append, &lake)
+        .max_rows(1)
+        .linger_ms(20)
+        .heartbeat_ms(500)
+        .metadata("op", "change_op")
+        .metadata("pos", "change_pos")
+        .state_dir("state-log")
+        .write_in(dir.path());
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
 

@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use weir::source::generator::expected_state;
 
 fn inspect(file: &std::path::Path, cache: &std::path::Path) -> serde_json::Value {
     let out = weir(
@@ -107,20 +106,10 @@ fn files_that_are_not_weir_sinks_are_refused_with_a_reason() {
 #[test]
 fn a_pinned_digest_that_does_not_match_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let exact = SinkDef::new("exact", "weir-fixture-positioned", dir.path());
-    let workload = Workload {
-        seed: 1,
-        max_changes: 100,
-        max_rows: 50,
-        linger_ms: 10,
-        pace_us: 0,
-    };
-    let pipeline = write_pipeline(dir.path(), &workload, &[exact]);
-    let yaml = std::fs::read_to_string(&pipeline).unwrap().replace(
-        "    retries: 1\n",
-        &format!("    retries: 1\n    sha256: {}\n", "0".repeat(64)),
-    );
-    std::fs::write(&pipeline, yaml).unwrap();
+    let pipeline = workload(1, 100, 50)
+        .linger_ms(10)
+        .sink(sink("exact", "weir-fixture-positioned", dir.path()).sha256(&"0".repeat(64)))
+        .write_in(dir.path());
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     let report = text(&out);
     assert_eq!(out.status.code(), Some(1), "{report}");
@@ -152,16 +141,12 @@ fn a_bad_config_names_the_field() {
 #[test]
 fn the_hello_sink_example_writes_every_committed_change() {
     let dir = tempfile::tempdir().unwrap();
-    let hello = SinkDef::new("hello", "hello-sink", dir.path());
-    let root = hello.root.clone();
-    let workload = Workload {
-        seed: 9,
-        max_changes: 500,
-        max_rows: 100,
-        linger_ms: 10,
-        pace_us: 0,
-    };
-    let pipeline = write_pipeline(dir.path(), &workload, &[hello]);
+    let root = sink_root(dir.path(), "hello");
+    let workload =
+        workload(9, 500, 100)
+            .linger_ms(10)
+            .sink(sink("hello", "hello-sink", dir.path()));
+    let pipeline = workload.write_in(dir.path());
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(out.status.success(), "{}", text(&out));
     let mut lines = 0;
@@ -181,11 +166,11 @@ fn the_hello_sink_example_writes_every_committed_change() {
     assert!(!files.is_empty());
     // Last write wins per key inside a batch, so the files hold at most one
     // line per change and at least one per key still present at the end.
-    let expected = expected_state(workload.seed, workload.max_changes);
+    let expected = expected_state(workload.seed(), workload.max_changes());
     assert!(
         lines >= expected.rows(),
         "{lines} lines for {} rows",
         expected.rows()
     );
-    assert!(lines as u64 <= workload.max_changes + 10);
+    assert!(lines as u64 <= workload.max_changes() + 10);
 }

@@ -6,26 +6,25 @@
 mod common;
 
 use common::*;
-use weir::source::generator::expected_state;
 
-const WORKLOAD: Workload = Workload {
-    seed: 3,
-    max_changes: 1_500,
-    max_rows: 300,
-    linger_ms: 20,
-    pace_us: 0,
-};
+const SEED: u64 = 3;
+const CHANGES: u64 = 1_500;
+
+fn exact_beside(other: SinkBuilder, dir: &std::path::Path) -> std::path::PathBuf {
+    workload(SEED, CHANGES, 300)
+        .sink(sink("exact", "weir-fixture-positioned", dir))
+        .sink(other)
+        .write_in(dir)
+}
 
 /// Runs `exact` (required) beside a misbehaving optional sink and checks the
 /// run finishes for `exact` while the bad sink is disabled with `cause`.
 fn misbehaving_optional_sink(crate_name: &str, cause: &str, memory_mb: u64, timeout_ms: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let exact = SinkDef::new("exact", "weir-fixture-positioned", dir.path());
-    let exact_root = exact.root.clone();
-    let bad = SinkDef::new("bad", crate_name, dir.path())
-        .optional()
+    let bad = sink("bad", crate_name, dir.path())
+        .required(false)
         .limits(memory_mb, timeout_ms);
-    let pipeline = write_pipeline(dir.path(), &WORKLOAD, &[exact, bad]);
+    let pipeline = exact_beside(bad, dir.path());
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     let report = text(&out);
     assert_eq!(out.status.code(), Some(3), "{report}");
@@ -33,8 +32,8 @@ fn misbehaving_optional_sink(crate_name: &str, cause: &str, memory_mb: u64, time
         assert!(report.contains(needle), "missing {needle:?} in: {report}");
     }
     assert_positioned_exact(
-        &exact_root,
-        &expected_state(WORKLOAD.seed, WORKLOAD.max_changes),
+        &sink_root(dir.path(), "exact"),
+        &expected_state(SEED, CHANGES),
     );
     let status = status(&pipeline);
     for (table, position) in positions_of(&status, "bad") {
@@ -60,10 +59,8 @@ fn a_sink_that_exhausts_memory_hits_its_limit() {
 #[test]
 fn a_poison_batch_in_a_required_sink_stops_the_pipeline_without_advancing() {
     let dir = tempfile::tempdir().unwrap();
-    let exact = SinkDef::new("exact", "weir-fixture-positioned", dir.path());
-    let poison =
-        SinkDef::new("picky", "weir-fixture-poison", dir.path()).config("table", "shop.orders");
-    let pipeline = write_pipeline(dir.path(), &WORKLOAD, &[exact, poison]);
+    let poison = sink("picky", "weir-fixture-poison", dir.path()).config("table", "shop.orders");
+    let pipeline = exact_beside(poison, dir.path());
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     let report = text(&out);
     assert_eq!(out.status.code(), Some(1), "{report}");
@@ -81,16 +78,14 @@ fn a_poison_batch_in_a_required_sink_stops_the_pipeline_without_advancing() {
 #[test]
 fn a_poison_batch_in_an_optional_sink_disables_only_that_sink() {
     let dir = tempfile::tempdir().unwrap();
-    let exact = SinkDef::new("exact", "weir-fixture-positioned", dir.path());
-    let exact_root = exact.root.clone();
-    let poison = SinkDef::new("picky", "weir-fixture-poison", dir.path())
-        .optional()
+    let poison = sink("picky", "weir-fixture-poison", dir.path())
+        .required(false)
         .config("table", "shop.orders");
-    let pipeline = write_pipeline(dir.path(), &WORKLOAD, &[exact, poison]);
+    let pipeline = exact_beside(poison, dir.path());
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert_positioned_exact(
-        &exact_root,
-        &expected_state(WORKLOAD.seed, WORKLOAD.max_changes),
+        &sink_root(dir.path(), "exact"),
+        &expected_state(SEED, CHANGES),
     );
 }

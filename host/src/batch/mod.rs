@@ -6,8 +6,6 @@
 //! the last change of a piece of a transaction too big for one batch.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,10 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::change::{Change, TableSchema, Transaction, Value};
 use crate::position::Position;
 
-/// The control columns every batch ends with, whatever the pipeline asks for.
-pub const OP_COLUMN: &str = "__op";
-pub const POS_COLUMN: &str = "__pos";
-const CONTROL_COLUMNS: [&str; 2] = [OP_COLUMN, POS_COLUMN];
+pub use weir_contract::{CONTROL_COLUMNS, ContextField, MetadataColumn, OP_COLUMN, POS_COLUMN};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchLimits {
@@ -35,79 +30,6 @@ pub struct BatchLimits {
     pub max_bytes: usize,
     /// Longest a buffered change waits before the pipeline should flush.
     pub linger: Duration,
-}
-
-/// Context values a pipeline may materialize in the destination.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ContextField {
-    Op,
-    Pos,
-    CommitTs,
-    IngestTs,
-    Snapshot,
-    Phase,
-}
-
-impl ContextField {
-    pub const ALL: [ContextField; 6] = [
-        ContextField::Op,
-        ContextField::Pos,
-        ContextField::CommitTs,
-        ContextField::IngestTs,
-        ContextField::Snapshot,
-        ContextField::Phase,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContextField::Op => "op",
-            ContextField::Pos => "pos",
-            ContextField::CommitTs => "commit_ts",
-            ContextField::IngestTs => "ingest_ts",
-            ContextField::Snapshot => "snapshot",
-            ContextField::Phase => "phase",
-        }
-    }
-
-    /// The Arrow type of the column this field materializes as.
-    pub fn data_type(self) -> DataType {
-        match self {
-            ContextField::Op | ContextField::Phase => DataType::Utf8,
-            ContextField::Pos => DataType::Binary,
-            ContextField::CommitTs | ContextField::IngestTs => utc_micros(),
-            ContextField::Snapshot => DataType::Boolean,
-        }
-    }
-}
-
-impl FromStr for ContextField {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        ContextField::ALL
-            .into_iter()
-            .find(|f| f.as_str() == text)
-            .ok_or_else(|| {
-                let known: Vec<&str> = ContextField::ALL.iter().map(|f| f.as_str()).collect();
-                format!(
-                    "unknown context field `{text}` (expected one of {})",
-                    known.join(", ")
-                )
-            })
-    }
-}
-
-impl fmt::Display for ContextField {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A context value the operator wants in the destination, under their name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetadataColumn {
-    pub field: ContextField,
-    pub name: String,
 }
 
 /// Checks that no metadata column name clashes with a table column, a
@@ -517,10 +439,6 @@ fn column_list(table: &TableSchema) -> String {
         .map(|c| format!("{} {}", c.name, c.data_type))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn utc_micros() -> DataType {
-    DataType::Timestamp(TimeUnit::Microsecond, Some(crate::change::UTC_ZONE.into()))
 }
 
 /// Table columns (all nullable: delete rows carry nulls), then the

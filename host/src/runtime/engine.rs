@@ -27,17 +27,23 @@ pub struct WasmEngine {
     ticker: Option<JoinHandle<()>>,
 }
 
+/// Why the engine cannot start or compile a plugin.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The engine or the linker cannot be set up.
     #[error("cannot configure the WebAssembly engine: {0}")]
     Config(String),
+    /// A plugin does not compile.
     #[error("cannot compile plugin {path}: {detail}")]
     Compile { path: PathBuf, detail: String },
+    /// The cache of compiled plugins cannot be written.
     #[error("component cache {path}: {detail}")]
     Cache { path: PathBuf, detail: String },
 }
 
 impl WasmEngine {
+    /// Starts the engine and its epoch ticker; compiled plugins are cached
+    /// in `cache_dir`.
     pub fn new(cache_dir: &Path) -> Result<Self, EngineError> {
         let engine = match Engine::new(&config(true)) {
             Ok(engine) => engine,
@@ -70,6 +76,7 @@ impl WasmEngine {
         })
     }
 
+    /// The wasmtime engine itself.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

@@ -1,13 +1,24 @@
-//! The plugin runtime: one wasmtime engine, the capabilities a sink may
-//! import, and sandboxed instances of sink components.
+//! The plugin runtime: one wasmtime engine, plugins loaded and checked
+//! against the contract, sandboxed instances of them, one worker thread per
+//! sink, and the host capabilities a sink may import.
+//!
+//! Everything above this module speaks the host's types ([`types`]); which
+//! version of the WIT contract a plugin was built against is settled inside,
+//! in the private `wit` module.
 
-pub mod bindings;
-pub mod blobstore;
+pub mod capability;
 pub mod engine;
+pub mod instance;
 pub mod plugin;
+pub mod types;
+mod wit;
+pub mod worker;
 
-pub use blobstore::{BlobError, BlobScope};
-pub use engine::WasmEngine;
-pub use plugin::{
-    CallError, Limits, LoadError, Plugin, PluginInfo, SinkError, SinkInstance, SinkPosition,
+pub use capability::blobstore::{BlobError, BlobScope};
+pub use engine::{EngineError, WasmEngine};
+pub use instance::{CallError, Limits, SinkInstance};
+pub use plugin::{LoadError, Plugin, PluginInfo};
+pub use types::{
+    BatchHeader, CommitRequest, MetadataColumn, SinkError, SinkPosition, TableDescription,
 };
+pub use worker::{Pending, SinkWorker, WorkerSpec};

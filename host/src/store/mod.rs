@@ -1,23 +1,21 @@
 //! The out-of-sink position store: where the host keeps each sink's
-//! committed position per table when the sink cannot keep it itself, and the
-//! pipeline's fencing epoch.
+//! committed position per table when the sink cannot keep it itself, and
+//! each pipeline's fencing epoch.
 //!
-//! Embedded (redb): one file per host, every write a durable (fsync'd),
-//! atomic transaction. Keys are `pipeline / sink / table`.
+//! Behind a trait, so the host service and multi-host set-ups can add other
+//! stores beside the embedded one ([`embedded::EmbeddedStore`], redb).
 
 // redb's error type is large; its errors are rare and end the run, so
 // boxing them buys nothing.
 #![allow(clippy::result_large_err)]
 
-use std::path::{Path, PathBuf};
+pub mod embedded;
 
-use redb::{Database, ReadableTable, TableDefinition};
+use std::path::PathBuf;
 
 use crate::position::Position;
 
-const POSITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("positions");
-const EPOCHS: TableDefinition<&str, u64> = TableDefinition::new("epochs");
-const SEPARATOR: char = '\u{1f}';
+pub use embedded::EmbeddedStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -29,6 +27,8 @@ pub enum StoreError {
     },
     #[error("position store {path}: {detail}")]
     Io { path: PathBuf, detail: String },
+    #[error("pipeline `{pipeline}` has used every fencing epoch; it cannot start again")]
+    EpochsExhausted { pipeline: String },
 }
 
 /// One position to write or clear.
@@ -47,226 +47,26 @@ pub struct Stored {
     pub position: Position,
 }
 
-pub struct PositionStore {
-    db: Database,
-    path: PathBuf,
-}
+/// Where positions and epochs are kept, durably. Every write is atomic and
+/// durable when it returns: the commit core counts on it.
+pub trait PositionStore: Send {
+    /// Takes the next fencing epoch for a pipeline: every run gets a larger
+    /// one than every run before it.
+    fn next_epoch(&self, pipeline: &str) -> Result<u64, StoreError>;
 
-impl PositionStore {
-    /// Opens (or creates) the store file. A second host opening the same
-    /// file gets a clear error: the file is locked while open.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| StoreError::Io {
-                path: path.to_path_buf(),
-                detail: format!("cannot create its folder: {e}"),
-            })?;
-        }
-        let db = Database::create(path).map_err(|source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let store = PositionStore {
-            db,
-            path: path.to_path_buf(),
-        };
-        // Create both tables up front so readers never see them missing.
-        store.write(|txn| {
-            txn.open_table(POSITIONS)?;
-            txn.open_table(EPOCHS)?;
-            Ok(())
-        })?;
-        Ok(store)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Takes the next fencing epoch for a pipeline, durably: every run gets
-    /// a larger one than every run before it.
-    pub fn next_epoch(&self, pipeline: &str) -> Result<u64, StoreError> {
-        self.write(|txn| {
-            let mut epochs = txn.open_table(EPOCHS)?;
-            let next = epochs.get(pipeline)?.map_or(0, |v| v.value()) + 1;
-            epochs.insert(pipeline, next)?;
-            Ok(next)
-        })
-    }
-
-    /// Makes a pipeline's epoch at least `at_least`, durably, and returns the
-    /// epoch now in force.
-    pub fn raise_epoch(&self, pipeline: &str, at_least: u64) -> Result<u64, StoreError> {
-        self.write(|txn| {
-            let mut epochs = txn.open_table(EPOCHS)?;
-            let current = epochs.get(pipeline)?.map_or(0, |v| v.value());
-            let epoch = current.max(at_least);
-            epochs.insert(pipeline, epoch)?;
-            Ok(epoch)
-        })
-    }
+    /// Makes a pipeline's epoch at least `at_least` and returns the epoch
+    /// now in force.
+    fn raise_epoch(&self, pipeline: &str, at_least: u64) -> Result<u64, StoreError>;
 
     /// The last epoch taken for a pipeline, if any.
-    pub fn current_epoch(&self, pipeline: &str) -> Result<Option<u64>, StoreError> {
-        self.read(|txn| {
-            let epochs = txn.open_table(EPOCHS)?;
-            Ok(epochs.get(pipeline)?.map(|v| v.value()))
-        })
-    }
+    fn current_epoch(&self, pipeline: &str) -> Result<Option<u64>, StoreError>;
 
-    pub fn get(
-        &self,
-        pipeline: &str,
-        sink: &str,
-        table: &str,
-    ) -> Result<Option<Position>, StoreError> {
-        let key = key(pipeline, sink, table);
-        self.read(|txn| {
-            let positions = txn.open_table(POSITIONS)?;
-            Ok(positions
-                .get(key.as_str())?
-                .map(|v| Position::from_bytes(v.value().to_vec())))
-        })
-    }
+    /// A sink's position for a table.
+    fn get(&self, pipeline: &str, sink: &str, table: &str) -> Result<Option<Position>, StoreError>;
 
-    /// Writes several positions in one durable transaction.
-    pub fn put_all(&self, pipeline: &str, entries: &[Entry]) -> Result<(), StoreError> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        self.write(|txn| {
-            let mut positions = txn.open_table(POSITIONS)?;
-            for entry in entries {
-                let key = key(pipeline, &entry.sink, &entry.table);
-                match &entry.position {
-                    Some(p) => {
-                        positions.insert(key.as_str(), p.as_bytes())?;
-                    }
-                    None => {
-                        positions.remove(key.as_str())?;
-                    }
-                }
-            }
-            Ok(())
-        })
-    }
+    /// Writes (or clears) several positions in one transaction.
+    fn put_all(&self, pipeline: &str, entries: &[Entry]) -> Result<(), StoreError>;
 
     /// Every position stored for a pipeline.
-    pub fn list(&self, pipeline: &str) -> Result<Vec<Stored>, StoreError> {
-        let prefix = format!("{pipeline}{SEPARATOR}");
-        self.read(|txn| {
-            let positions = txn.open_table(POSITIONS)?;
-            let mut out = Vec::new();
-            for item in positions.range(prefix.as_str()..)? {
-                let (k, v) = item?;
-                let Some(rest) = k.value().strip_prefix(prefix.as_str()) else {
-                    break;
-                };
-                let Some((sink, table)) = rest.split_once(SEPARATOR) else {
-                    continue;
-                };
-                out.push(Stored {
-                    sink: sink.to_string(),
-                    table: table.to_string(),
-                    position: Position::from_bytes(v.value().to_vec()),
-                });
-            }
-            Ok(out)
-        })
-    }
-
-    fn write<T>(
-        &self,
-        body: impl FnOnce(&redb::WriteTransaction) -> Result<T, redb::Error>,
-    ) -> Result<T, StoreError> {
-        let txn = self.db.begin_write().map_err(|e| self.io(e.into()))?;
-        let value = body(&txn).map_err(|e| self.io(e))?;
-        txn.commit().map_err(|e| self.io(e.into()))?;
-        Ok(value)
-    }
-
-    fn read<T>(
-        &self,
-        body: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>,
-    ) -> Result<T, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.io(e.into()))?;
-        body(&txn).map_err(|e| self.io(e))
-    }
-
-    fn io(&self, error: redb::Error) -> StoreError {
-        StoreError::Io {
-            path: self.path.clone(),
-            detail: error.to_string(),
-        }
-    }
-}
-
-fn key(pipeline: &str, sink: &str, table: &str) -> String {
-    format!("{pipeline}{SEPARATOR}{sink}{SEPARATOR}{table}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn positions_survive_reopening_and_epochs_grow() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("state/weir.redb");
-        {
-            let store = PositionStore::open(&path).unwrap();
-            assert_eq!(store.next_epoch("p").unwrap(), 1);
-            assert_eq!(store.next_epoch("p").unwrap(), 2);
-            assert_eq!(store.next_epoch("other").unwrap(), 1);
-            store
-                .put_all(
-                    "p",
-                    &[
-                        Entry {
-                            sink: "lake".into(),
-                            table: "shop.orders".into(),
-                            position: Some(Position::stream(7, 1)),
-                        },
-                        Entry {
-                            sink: "lake".into(),
-                            table: "shop.items".into(),
-                            position: Some(Position::stream(3, 0)),
-                        },
-                    ],
-                )
-                .unwrap();
-        }
-        let store = PositionStore::open(&path).unwrap();
-        assert_eq!(store.current_epoch("p").unwrap(), Some(2));
-        assert_eq!(store.raise_epoch("p", 9).unwrap(), 9);
-        assert_eq!(store.raise_epoch("p", 3).unwrap(), 9);
-        assert_eq!(store.next_epoch("p").unwrap(), 10);
-        assert_eq!(
-            store.get("p", "lake", "shop.orders").unwrap(),
-            Some(Position::stream(7, 1))
-        );
-        assert_eq!(store.get("q", "lake", "shop.orders").unwrap(), None);
-        assert_eq!(store.list("p").unwrap().len(), 2);
-        assert!(store.list("other").unwrap().is_empty());
-        store
-            .put_all(
-                "p",
-                &[Entry {
-                    sink: "lake".into(),
-                    table: "shop.orders".into(),
-                    position: None,
-                }],
-            )
-            .unwrap();
-        assert_eq!(store.get("p", "lake", "shop.orders").unwrap(), None);
-    }
-
-    #[test]
-    fn a_second_host_on_the_same_file_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("weir.redb");
-        let _first = PositionStore::open(&path).unwrap();
-        let second = PositionStore::open(&path);
-        assert!(second.is_err());
-    }
+    fn list(&self, pipeline: &str) -> Result<Vec<Stored>, StoreError>;
 }

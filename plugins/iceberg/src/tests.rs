@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, StringArray};
+use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, StringArray};
 use futures::TryStreamExt;
 use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::table::StaticTable;
 use weir_sdk::native::{NativeSink, encode_ipc};
 use weir_sdk::{BatchMeta, CommitRequest, Committed, RecordBatch, SinkError, Table};
+use weir_test_support::BatchBuilder;
 
 use super::*;
 
@@ -49,22 +50,16 @@ fn table(mode: Mode) -> Table {
 
 /// Rows `(id, op, name)`; positions from `first_pos`.
 fn rows(changes: &[(i64, &str, Option<&str>)], first_pos: u8) -> RecordBatch {
-    let ids: Vec<i64> = changes.iter().map(|c| c.0).collect();
-    let ops: Vec<&str> = changes.iter().map(|c| c.1).collect();
-    let names: Vec<Option<&str>> = changes.iter().map(|c| c.2).collect();
-    let pos: Vec<Vec<u8>> = (0..changes.len())
-        .map(|i| vec![first_pos + i as u8])
-        .collect();
-    RecordBatch::try_from_iter([
-        ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
-        ("name", Arc::new(StringArray::from(names)) as ArrayRef),
-        ("__op", Arc::new(StringArray::from(ops)) as ArrayRef),
-        (
-            "__pos",
-            Arc::new(BinaryArray::from_iter_values(pos)) as ArrayRef,
-        ),
-    ])
-    .unwrap()
+    BatchBuilder::new()
+        .int64("id", changes.iter().map(|c| c.0))
+        .utf8("name", changes.iter().map(|c| c.2))
+        .changes(
+            changes
+                .iter()
+                .map(|c| Op::parse(c.1).expect("an operation")),
+            (first_pos..).take(changes.len()).map(|p| [p]),
+        )
+        .build()
 }
 
 fn write(sink: &mut NativeSink<IcebergSink>, t: &Table, rb: &RecordBatch) -> Result<()> {
@@ -371,16 +366,13 @@ fn schema_evolution_adds_columns_and_widens_types_and_refuses_the_rest() {
     let mut s = sink(&dir);
     let t = table(Mode::Upsert);
     let base = |extra: Option<(&str, ArrayRef)>, id: i64, pos: u8| {
-        let mut cols: Vec<(&str, ArrayRef)> = vec![
-            ("id", Arc::new(Int64Array::from(vec![id])) as ArrayRef),
-            ("name", Arc::new(StringArray::from(vec!["x"])) as ArrayRef),
-        ];
-        if let Some(extra) = extra {
-            cols.push(extra);
+        let mut batch = BatchBuilder::new()
+            .int64("id", [id])
+            .utf8("name", [Some("x")]);
+        if let Some((name, array)) = extra {
+            batch = batch.column(name, array);
         }
-        cols.push(("__op", Arc::new(StringArray::from(vec!["insert"]))));
-        cols.push(("__pos", Arc::new(BinaryArray::from_iter_values([[pos]]))));
-        RecordBatch::try_from_iter(cols).unwrap()
+        batch.changes([Op::Insert], [[pos]]).build()
     };
     let qty32: ArrayRef = Arc::new(Int32Array::from(vec![5]));
     write(&mut s, &t, &base(Some(("qty", qty32)), 1, 1)).unwrap();

@@ -21,7 +21,9 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
 use futures::TryStreamExt;
 use weir::change::{TableSchema, Value};
-use weir::source::generator::change_log;
+use weir_test_support::{
+    PipelineBuilder, SinkBuilder, TableMode, apply_change, change_log, row_key,
+};
 
 use crate::common;
 
@@ -120,21 +122,6 @@ pub fn hex(bytes: &[u8]) -> String {
     hex::encode(bytes)
 }
 
-/// How a test pipeline maps the generator's tables.
-pub struct Spec<'a> {
-    pub pipeline: &'a str,
-    pub seed: u64,
-    pub max_changes: u64,
-    pub pace_us: u64,
-    pub max_rows: usize,
-    pub linger_ms: u64,
-    pub heartbeat_ms: u64,
-    pub mode: &'a str,
-    /// `(from, as)` context columns.
-    pub metadata: &'a [(&'a str, &'a str)],
-    pub state_dir: &'a str,
-}
-
 /// The destination each generator table is mapped to.
 pub fn destination(table: &str) -> String {
     // shop.orders -> lake.orders: a namespace other than the source's, to
@@ -142,46 +129,28 @@ pub fn destination(table: &str) -> String {
     format!("lake.{}", table.rsplit('.').next().unwrap())
 }
 
-/// Writes a pipeline with one Iceberg sink into `dir` and returns its path.
-pub fn write_pipeline(dir: &Path, lake: &Lake, spec: &Spec<'_>) -> PathBuf {
-    let mut yaml = format!(
-        "pipeline: {}\nstate_dir: {}\nsource:\n  generator: {{ seed: {}, max_changes: {}, pace_us: {} }}\n\
-         batch: {{ max_rows: {}, linger_ms: {}, heartbeat_ms: {} }}\n",
-        spec.pipeline,
-        spec.state_dir,
-        spec.seed,
-        spec.max_changes,
-        spec.pace_us,
-        spec.max_rows,
-        spec.linger_ms,
-        spec.heartbeat_ms
-    );
-    if !spec.metadata.is_empty() {
-        yaml.push_str("metadata:\n");
-        for (from, to) in spec.metadata {
-            yaml.push_str(&format!("  - {{ from: {from}, as: {to} }}\n"));
-        }
-    }
-    yaml.push_str("tables:\n");
-    for table in common::tables() {
-        yaml.push_str(&format!(
-            "  {}: {{ mode: {}, as: {} }}\n",
-            table.name,
-            spec.mode,
-            destination(&table.name)
-        ));
-    }
-    yaml.push_str(&format!(
-        "sinks:\n  - name: iceberg\n    plugin: {}\n    blob_store: {{ url: {} }}\n    \
-         limits: {{ memory_mb: 1024, call_timeout_ms: 120000 }}\n    retries: 2\n    \
-         config:\n      warehouse: \"{}\"\n",
-        common::plugin("weir-iceberg-sink").display(),
-        lake.root.display(),
-        lake.warehouse()
-    ));
-    let path = dir.join(format!("{}.yaml", spec.pipeline));
-    std::fs::write(&path, yaml).unwrap();
-    path
+/// Pipeline `name` over the generator stream `(seed, max_changes)`, mapping
+/// every table in `mode` onto its [`destination`] in the lake, through one
+/// Iceberg sink called `iceberg`.
+pub fn iceberg_pipeline(
+    name: &str,
+    seed: u64,
+    max_changes: u64,
+    mode: TableMode,
+    lake: &Lake,
+) -> PipelineBuilder {
+    let sink = SinkBuilder::new("iceberg", common::plugin("weir-iceberg-sink"))
+        .blob_store(&lake.root)
+        .limits(1024, 120_000)
+        .retries(2)
+        .config("warehouse", &lake.warehouse());
+    common::tables()
+        .iter()
+        .fold(PipelineBuilder::generator(seed, max_changes), |p, t| {
+            p.table(&t.name, mode, &destination(&t.name))
+        })
+        .name(name)
+        .sink(sink)
 }
 
 /// The Python of the project's virtualenv (scripts/setup makes it).
@@ -376,7 +345,7 @@ pub fn upsert_state_at(
     max_changes: u64,
     committed: &BTreeMap<String, Vec<u8>>,
 ) -> BTreeMap<String, Vec<Row>> {
-    let mut state: BTreeMap<String, BTreeMap<Vec<Option<String>>, Row>> = common::tables()
+    let mut state: BTreeMap<String, weir_test_support::Rows<Row>> = common::tables()
         .iter()
         .map(|t| (t.name.clone(), BTreeMap::new()))
         .collect();
@@ -388,16 +357,10 @@ pub fn upsert_state_at(
         if change.pos.as_bytes() > at.as_slice() {
             continue;
         }
-        let row = canonical_row(table, &change.values);
-        let key: Vec<Option<String>> = table.key.iter().map(|&i| row[i].clone()).collect();
+        let mut row = canonical_row(table, &change.values);
+        row.push(Some(hex(change.pos.as_bytes())));
         let rows = state.get_mut(&table.name).unwrap();
-        if change.op == weir::change::Op::Delete {
-            rows.remove(&key);
-        } else {
-            let mut row = row;
-            row.push(Some(hex(change.pos.as_bytes())));
-            rows.insert(key, row);
-        }
+        apply_change(rows, row_key(table, &change.values), change.op, row);
     }
     state
         .into_iter()

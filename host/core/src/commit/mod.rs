@@ -16,10 +16,16 @@
 //! 6. Every commit carries this run's fencing epoch.
 //! 8. The commit policy is evaluated before any checkpoint moves.
 
+mod executor;
+
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::position::Position;
+
+pub use executor::{
+    CrashPoint, Effects, ExecError, Record, SinkCall, commit_batch, recover as recover_all,
+};
 
 /// Index of a sink in the pipeline's sink list.
 pub type SinkId = usize;
@@ -47,6 +53,27 @@ pub enum CommitPolicy {
     Quorum,
 }
 
+impl CommitPolicy {
+    pub const ALL: [CommitPolicy; 3] = [
+        CommitPolicy::Required,
+        CommitPolicy::All,
+        CommitPolicy::Quorum,
+    ];
+
+    /// The spelling in pipeline configs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommitPolicy::Required => "required",
+            CommitPolicy::All => "all",
+            CommitPolicy::Quorum => "quorum",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<CommitPolicy> {
+        CommitPolicy::ALL.into_iter().find(|p| p.as_str() == text)
+    }
+}
+
 /// Where a sink's committed position for a table came from on start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -56,6 +83,17 @@ pub enum Origin {
     Store,
     /// Committed during this run.
     ThisRun,
+}
+
+impl Origin {
+    /// The spelling `weir status` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Sink => "sink",
+            Origin::Store => "store",
+            Origin::ThisRun => "this run",
+        }
+    }
 }
 
 /// How a sink call ended badly, as far as the core cares.
@@ -152,6 +190,36 @@ impl fmt::Display for Stop {
 
 impl std::error::Error for Stop {}
 
+/// What a positioned sink says about a table on start: the position it
+/// committed and the fencing epoch it committed it under. Untrusted: the
+/// core checks it before acting on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkClaim {
+    pub position: Position,
+    pub epoch: u64,
+}
+
+/// A sink's claim the core cannot act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRefused {
+    pub sink: String,
+    pub table: String,
+    pub claim: String,
+    pub why: String,
+}
+
+impl fmt::Display for ClaimRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sink `{}` claims {} for table `{}`, which cannot be true: {}; nothing was acknowledged",
+            self.sink, self.claim, self.table, self.why
+        )
+    }
+}
+
+impl std::error::Error for ClaimRefused {}
+
 /// Where the source must resume for every sink to get what it lacks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resume {
@@ -192,6 +260,8 @@ pub struct Core {
     sinks: Vec<SinkSlot>,
     in_flight: Option<InFlight>,
     checkpoint: Option<Position>,
+    /// The newest epoch a positioned sink reported on start, and which.
+    newest_claimed_epoch: Option<(u64, SinkId, String)>,
 }
 
 impl Core {
@@ -217,6 +287,7 @@ impl Core {
                 .collect(),
             in_flight: None,
             checkpoint: None,
+            newest_claimed_epoch: None,
         }
     }
 
@@ -238,55 +309,76 @@ impl Core {
         &self.sinks[sink].spec
     }
 
+    pub fn sink_count(&self) -> usize {
+        self.sinks.len()
+    }
+
     /// Tells the core what the sink (if it has `positions`) and the store
     /// say about one table. Returns the store repairs to make: the sink wins.
     pub fn recover(
         &mut self,
         sink: SinkId,
         table: &str,
-        from_sink: Option<Position>,
+        from_sink: Option<SinkClaim>,
         from_store: Option<Position>,
-    ) -> Vec<Action> {
+    ) -> Result<Vec<Action>, ClaimRefused> {
         let slot = &mut self.sinks[sink];
-        let (position, origin, repair) = if slot.spec.positioned {
-            let repair = (from_sink != from_store).then(|| Action::Record {
-                sink,
-                table: table.to_string(),
-                position: from_sink.clone(),
-            });
-            (from_sink, Origin::Sink, repair)
-        } else {
-            (from_store, Origin::Store, None)
-        };
-        match position {
-            Some(p) => {
-                slot.committed.insert(table.to_string(), (p, origin));
-            }
-            None => {
-                slot.committed.remove(table);
-            }
+        if !slot.spec.positioned {
+            set_committed(&mut slot.committed, table, from_store, Origin::Store);
+            return Ok(Vec::new());
         }
-        repair.into_iter().collect()
+        if let Some(claim) = &from_sink
+            && self
+                .newest_claimed_epoch
+                .as_ref()
+                .is_none_or(|(seen, _, _)| claim.epoch > *seen)
+        {
+            self.newest_claimed_epoch = Some((claim.epoch, sink, table.to_string()));
+        }
+        let position = from_sink.map(|c| c.position);
+        let repair = (position != from_store).then(|| Action::Record {
+            sink,
+            table: table.to_string(),
+            position: position.clone(),
+        });
+        set_committed(&mut slot.committed, table, position, Origin::Sink);
+        Ok(repair.into_iter().collect())
+    }
+
+    /// The lowest epoch this run may commit under, when a positioned sink
+    /// has seen this run's epoch or a newer one (the store was lost, or
+    /// another host ran the pipeline last): this run is the newest now, so
+    /// it must fence that one, not be fenced by it.
+    pub fn epoch_floor(&self) -> Result<Option<u64>, ClaimRefused> {
+        let Some((seen, sink, table)) = &self.newest_claimed_epoch else {
+            return Ok(None);
+        };
+        if *seen < self.epoch {
+            return Ok(None);
+        }
+        match seen.checked_add(1) {
+            Some(floor) => Ok(Some(floor)),
+            None => Err(ClaimRefused {
+                sink: self.sinks[*sink].spec.name.clone(),
+                table: table.clone(),
+                claim: format!("epoch {seen}"),
+                why: "no later epoch exists to fence it with".into(),
+            }),
+        }
     }
 
     /// The position every sink has committed for every table, or `FromStart`
     /// when some sink lacks some table entirely.
     pub fn resume(&self) -> Resume {
-        let mut lowest: Option<&Position> = None;
+        let mut lowest: Option<Position> = None;
         for slot in &self.sinks {
-            for table in &self.tables {
-                match slot.committed.get(table) {
-                    None => return Resume::FromStart,
-                    Some((p, _)) => {
-                        if lowest.is_none_or(|l| p < l) {
-                            lowest = Some(p);
-                        }
-                    }
-                }
+            match slot.lowest(&self.tables) {
+                None => return Resume::FromStart,
+                Some(p) => lowest = min_position(lowest, p),
             }
         }
         match lowest {
-            Some(p) => Resume::After(p.clone()),
+            Some(p) => Resume::After(p),
             None => Resume::FromStart,
         }
     }
@@ -442,21 +534,7 @@ impl Core {
         let per_sink: Vec<(bool, Option<Position>)> = self
             .sinks
             .iter()
-            .map(|slot| {
-                let mut lowest: Option<Position> = None;
-                for table in &self.tables {
-                    let p = slot.committed.get(table).map(|(p, _)| p.clone());
-                    match p {
-                        None => return (slot.spec.required, None),
-                        Some(p) => {
-                            if lowest.as_ref().is_none_or(|l| p < *l) {
-                                lowest = Some(p);
-                            }
-                        }
-                    }
-                }
-                (slot.spec.required, lowest)
-            })
+            .map(|slot| (slot.spec.required, slot.lowest(&self.tables)))
             .collect();
         match self.policy {
             CommitPolicy::Required => {
@@ -483,15 +561,46 @@ impl Core {
     }
 }
 
-fn min_all<'a>(sinks: impl Iterator<Item = &'a (bool, Option<Position>)>) -> Option<Position> {
-    let mut lowest: Option<Position> = None;
-    for (_, p) in sinks {
-        let p = p.as_ref()?;
-        if lowest.as_ref().is_none_or(|l| p < l) {
-            lowest = Some(p.clone());
+impl SinkSlot {
+    /// The lowest position this sink has committed over `tables`, or None
+    /// if it lacks one of them entirely.
+    fn lowest(&self, tables: &[String]) -> Option<Position> {
+        let mut lowest = None;
+        for table in tables {
+            let (p, _) = self.committed.get(table)?;
+            lowest = min_position(lowest, p.clone());
         }
+        lowest
+    }
+}
+
+/// The lowest position every one of `sinks` has committed, or None if one
+/// of them lacks a table.
+fn min_all<'a>(sinks: impl Iterator<Item = &'a (bool, Option<Position>)>) -> Option<Position> {
+    let mut lowest = None;
+    for (_, p) in sinks {
+        lowest = min_position(lowest, p.clone()?);
     }
     lowest
+}
+
+fn min_position(lowest: Option<Position>, candidate: Position) -> Option<Position> {
+    match lowest {
+        Some(l) if l <= candidate => Some(l),
+        _ => Some(candidate),
+    }
+}
+
+fn set_committed(
+    committed: &mut BTreeMap<String, (Position, Origin)>,
+    table: &str,
+    position: Option<Position>,
+    origin: Origin,
+) {
+    match position {
+        Some(p) => committed.insert(table.to_string(), (p, origin)),
+        None => committed.remove(table),
+    };
 }
 
 fn advance(steps: &mut BTreeMap<SinkId, Step>, sink: SinkId, from: Step, to: Step) {

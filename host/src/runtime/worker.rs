@@ -1,14 +1,24 @@
 //! One thread per sink instance: it owns the plugin's store, so calls into
 //! different sinks run in parallel while calls into one sink stay ordered.
+//! A call the sink calls retryable is retried here, with backoff.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::runtime::bindings::v0_1_0::types::CommitRequest as WitCommitRequest;
-use crate::runtime::plugin::WitBatch;
-use crate::runtime::{BlobScope, CallError, Limits, Plugin, PluginInfo, SinkError, SinkPosition};
+use backon::{BlockingRetryable, ExponentialBuilder};
+use weir_core::CommitRequest;
+
+use super::capability::blobstore::BlobScope;
+use super::instance::{CallError, Limits};
+use super::plugin::{Plugin, PluginInfo};
+use super::types::{BatchHeader, SinkError, SinkPosition};
+
+/// The pause before the first retry; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+/// The longest pause between two tries.
+const MAX_PAUSE: Duration = Duration::from_millis(3200);
 
 enum Job {
     Committed {
@@ -17,12 +27,12 @@ enum Job {
         reply: Sender<Result<Option<SinkPosition>, CallError>>,
     },
     Write {
-        batch: WitBatch,
+        header: BatchHeader,
         ipc: Arc<Vec<u8>>,
         reply: Sender<Result<(), CallError>>,
     },
     Commit {
-        request: WitCommitRequest,
+        request: CommitRequest,
         reply: Sender<Result<(), CallError>>,
     },
     Abort {
@@ -34,6 +44,7 @@ enum Job {
 pub struct Pending<T>(Receiver<Result<T, CallError>>);
 
 impl<T> Pending<T> {
+    /// Blocks until the worker answers.
     pub fn wait(self) -> Result<T, CallError> {
         self.0
             .recv()
@@ -41,8 +52,11 @@ impl<T> Pending<T> {
     }
 }
 
+/// The worker thread of one sink, and the way to send it work.
 pub struct SinkWorker {
+    /// The sink's name in the pipeline.
     pub name: String,
+    /// What its plugin is and speaks.
     pub info: PluginInfo,
     jobs: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
@@ -50,12 +64,19 @@ pub struct SinkWorker {
 
 /// Everything a worker needs to start its instance.
 pub struct WorkerSpec {
+    /// The sink's name in the pipeline.
     pub name: String,
+    /// The loaded plugin to instantiate.
     pub plugin: Arc<Plugin>,
+    /// The blob-store root the sink was granted.
     pub blob: Arc<BlobScope>,
+    /// Its memory and CPU limits.
     pub limits: Limits,
+    /// How often a retryable `write` or `commit` is tried again.
     pub retries: u32,
+    /// The pipeline, as `open` gets it.
     pub pipeline: String,
+    /// The operator's `config` map for the sink, as `open` gets it.
     pub config: Vec<(String, String)>,
 }
 
@@ -81,6 +102,8 @@ impl SinkWorker {
         })
     }
 
+    /// Asks a positioned sink where `table` stands; `None` from a sink
+    /// without `positions` or for a table it never committed.
     pub fn committed(&self, pipeline: &str, table: &str) -> Pending<Option<SinkPosition>> {
         let (reply, rx) = channel();
         self.send(Job::Committed {
@@ -91,18 +114,21 @@ impl SinkWorker {
         Pending(rx)
     }
 
-    pub fn write(&self, batch: WitBatch, ipc: Arc<Vec<u8>>) -> Pending<()> {
+    /// Stages one batch: its header and its rows as Arrow IPC stream bytes.
+    pub fn write(&self, header: BatchHeader, ipc: Arc<Vec<u8>>) -> Pending<()> {
         let (reply, rx) = channel();
-        self.send(Job::Write { batch, ipc, reply });
+        self.send(Job::Write { header, ipc, reply });
         Pending(rx)
     }
 
-    pub fn commit(&self, request: WitCommitRequest) -> Pending<()> {
+    /// Makes what is staged for the request's table durable.
+    pub fn commit(&self, request: CommitRequest) -> Pending<()> {
         let (reply, rx) = channel();
         self.send(Job::Commit { request, reply });
         Pending(rx)
     }
 
+    /// Drops what is staged for `table`; nobody waits for the answer.
     pub fn abort(&self, table: &str) {
         self.send(Job::Abort {
             table: table.to_string(),
@@ -148,20 +174,10 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
     // After a trap, deadline or memory blow-up the instance cannot be
     // entered again; every later call gets the original failure.
     let mut broken: Option<CallError> = None;
-    let retry = |call: &mut dyn FnMut() -> Result<(), CallError>| -> Result<(), CallError> {
-        let mut attempt = 0;
-        loop {
-            match call() {
-                Err(CallError::Sink(SinkError::Retryable(message))) if attempt < spec.retries => {
-                    attempt += 1;
-                    let pause = Duration::from_millis(50 << attempt.min(6));
-                    tracing::warn!(sink = %spec.name, attempt, ?pause, "retrying: {message}");
-                    std::thread::sleep(pause);
-                }
-                other => return other,
-            }
-        }
-    };
+    let backoff = ExponentialBuilder::new()
+        .with_min_delay(FIRST_PAUSE)
+        .with_max_delay(MAX_PAUSE)
+        .with_max_times(spec.retries as usize);
     for job in inbox {
         match job {
             Job::Committed {
@@ -175,10 +191,10 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
                 };
                 let _ = reply.send(result);
             }
-            Job::Write { batch, ipc, reply } => {
+            Job::Write { header, ipc, reply } => {
                 let result = match &broken {
                     Some(e) => Err(e.clone()),
-                    None => retry(&mut || instance.write(&batch, &ipc)),
+                    None => with_retries(&spec.name, &backoff, || instance.write(&header, &ipc)),
                 };
                 note_broken(&result, &mut broken);
                 let _ = reply.send(result);
@@ -186,7 +202,7 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
             Job::Commit { request, reply } => {
                 let result = match &broken {
                     Some(e) => Err(e.clone()),
-                    None => retry(&mut || instance.commit(&request)),
+                    None => with_retries(&spec.name, &backoff, || instance.commit(&request)),
                 };
                 note_broken(&result, &mut broken);
                 let _ = reply.send(result);
@@ -200,6 +216,28 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
             }
         }
     }
+}
+
+/// Runs `call`, and again after a pause each time the sink answers
+/// retryable, as often as `backoff` allows.
+fn with_retries(
+    sink: &str,
+    backoff: &ExponentialBuilder,
+    call: impl FnMut() -> Result<(), CallError>,
+) -> Result<(), CallError> {
+    let mut attempt = 0;
+    call.retry(backoff)
+        .sleep(std::thread::sleep)
+        .when(|e| matches!(e, CallError::Sink(SinkError::Retryable(_))))
+        .notify(|e, pause| {
+            attempt += 1;
+            let message = match e {
+                CallError::Sink(SinkError::Retryable(message)) => message.as_str(),
+                _ => "",
+            };
+            tracing::warn!(sink, attempt, ?pause, "retrying: {message}");
+        })
+        .call()
 }
 
 fn note_broken(result: &Result<(), CallError>, broken: &mut Option<CallError>) {

@@ -1,8 +1,9 @@
 //! The blob store capability: object storage confined to the one root the
 //! operator granted a sink, backed by `object_store` (a local folder, memory,
-//! or S3 and friends by URL).
+//! or S3 and friends by URL). Each instance of a sink gets the sink's
+//! [`BlobScope`]; the contract's `blobstore` interface calls it.
 
-use std::path::{Component, Path as FsPath, PathBuf};
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -12,16 +13,26 @@ use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
 use tokio::runtime::Handle;
+use wasmtime::component::Linker;
+use weir_contract::blob_path::{self, TEMP_MARKER};
+
+use super::{Capability, Grants};
+use crate::runtime::instance::HostState;
+use crate::runtime::wit;
 
 /// Why a blob call failed; mirrors the WIT `blob-error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BlobError {
+    /// No object at that path.
     #[error("not found: {0}")]
     NotFound(String),
+    /// `put_if_absent` found an object there.
     #[error("already exists: {0}")]
     AlreadyExists(String),
+    /// The path is malformed or leads out of the root.
     #[error("denied: {0}")]
     Denied(String),
+    /// The store failed.
     #[error("store failed: {0}")]
     Io(String),
 }
@@ -29,7 +40,9 @@ pub enum BlobError {
 /// An object found by `list`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
+    /// Relative to the root.
     pub path: String,
+    /// In bytes.
     pub size: u64,
 }
 
@@ -42,10 +55,13 @@ pub struct BlobScope {
     runtime: Handle,
 }
 
+/// Why a granted root cannot be opened.
 #[derive(Debug, thiserror::Error)]
 #[error("blob store `{url}`: {detail}")]
 pub struct ScopeError {
+    /// The root as the operator wrote it.
     pub url: String,
+    /// What went wrong.
     pub detail: String,
 }
 
@@ -113,10 +129,12 @@ impl BlobScope {
         })
     }
 
+    /// The root, as an operator recognises it in a message.
     pub fn describe(&self) -> &str {
         &self.description
     }
 
+    /// Reads a whole object.
     pub fn get(&self, path: &str) -> Result<Vec<u8>, BlobError> {
         let location = self.check(path)?;
         self.block(async {
@@ -126,6 +144,7 @@ impl BlobScope {
         .map_err(|e| map_error(path, e))
     }
 
+    /// Reads up to `length` bytes from `offset`; fewer at the object's end.
     pub fn get_range(&self, path: &str, offset: u64, length: u64) -> Result<Vec<u8>, BlobError> {
         let location = self.check(path)?;
         self.block(async {
@@ -145,10 +164,12 @@ impl BlobScope {
         .map_err(|e| map_error(path, e))
     }
 
+    /// Writes an object atomically, replacing any object at `path`.
     pub fn put(&self, path: &str, data: Vec<u8>) -> Result<(), BlobError> {
         self.put_with(path, data, PutMode::Overwrite)
     }
 
+    /// Writes an object atomically, only if none is at `path`.
     pub fn put_if_absent(&self, path: &str, data: Vec<u8>) -> Result<(), BlobError> {
         self.put_with(path, data, PutMode::Create)
     }
@@ -171,6 +192,7 @@ impl BlobScope {
         .map_err(|e| map_error(path, e))
     }
 
+    /// Every object whose path starts with `prefix`, in no order.
     pub fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, BlobError> {
         // object_store lists whole folders; a prefix may end inside a name
         // (`orders/0001`), so list its folder and filter by the full prefix.
@@ -195,10 +217,15 @@ impl BlobScope {
                 path: m.location.to_string(),
                 size: m.size,
             })
-            .filter(|m| m.path.starts_with(prefix) && !is_temporary(&m.path))
+            .filter(|m| {
+                m.path.starts_with(prefix)
+                    && !blob_path::is_temporary(&m.path)
+                    && self.may_list(&m.path)
+            })
             .collect())
     }
 
+    /// Deletes an object; a missing one is success.
     pub fn delete(&self, path: &str) -> Result<(), BlobError> {
         let location = self.check(path)?;
         match self.block(self.store.delete(&location)) {
@@ -214,67 +241,25 @@ impl BlobScope {
         self.runtime.block_on(future)
     }
 
-    /// Turns a guest's path into a location inside the root, or refuses it.
+    /// Turns a guest's path into a location inside the root, or refuses it,
+    /// by the contract's rules (the SDK's native runner applies the same).
     fn check(&self, path: &str) -> Result<Path, BlobError> {
-        let deny = |why: &str| Err(BlobError::Denied(format!("path `{path}` {why}")));
-        if path.is_empty() {
-            return deny("is empty");
-        }
-        if path.starts_with('/') {
-            return deny("is absolute; paths are relative to the granted root");
-        }
-        if path.contains('\\') || path.contains('\0') {
-            return deny("contains a backslash or NUL");
-        }
-        for segment in path.split('/') {
-            match segment {
-                "" => return deny("has an empty segment"),
-                "." | ".." => return deny("has a `.` or `..` segment"),
-                _ => {}
-            }
-        }
+        let deny = |why: &str| BlobError::Denied(format!("path `{path}` {why}"));
+        blob_path::check(path).map_err(deny)?;
         if let Some(root) = &self.local_root {
-            self.check_links(root, path)?;
+            blob_path::check_links(root, path).map_err(deny)?;
         }
         Path::parse(path).map_err(|e| BlobError::Denied(format!("path `{path}`: {e}")))
     }
 
-    /// Refuses a path that passes through a symbolic link leading out of a
-    /// local root (a link planted inside the folder by someone else).
-    fn check_links(&self, root: &FsPath, path: &str) -> Result<(), BlobError> {
-        let mut current = root.to_path_buf();
-        for component in FsPath::new(path).components() {
-            let Component::Normal(name) = component else {
-                return Err(BlobError::Denied(format!("path `{path}` is malformed")));
-            };
-            current.push(name);
-            match std::fs::symlink_metadata(&current) {
-                Err(_) => return Ok(()), // does not exist yet: nothing to follow
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    let inside = current
-                        .canonicalize()
-                        .map(|target| target.starts_with(root))
-                        .unwrap_or(false);
-                    if !inside {
-                        return Err(BlobError::Denied(format!(
-                            "path `{path}` follows a link out of the granted root"
-                        )));
-                    }
-                }
-                Ok(_) => {}
-            }
+    /// Whether a listed object may be shown: in a local root, object_store
+    /// follows every link, also one planted to lead out of the root.
+    fn may_list(&self, path: &str) -> bool {
+        match &self.local_root {
+            Some(root) => blob_path::check_links(root, path).is_ok(),
+            None => true,
         }
-        Ok(())
     }
-}
-
-/// Marks the temporary files of [`put_durably`]; `list` never shows them.
-const TEMP_MARKER: &str = ".weir-tmp-";
-
-fn is_temporary(path: &str) -> bool {
-    path.rsplit('/')
-        .next()
-        .is_some_and(|name| name.starts_with(TEMP_MARKER))
 }
 
 /// A local put that survives a power cut, not only a crash of the process:
@@ -324,6 +309,22 @@ fn put_durably(root: &FsPath, path: &str, data: &[u8], mode: PutMode) -> Result<
     std::fs::File::open(folder)
         .and_then(|dir| dir.sync_all())
         .map_err(io)
+}
+
+/// The blob store capability.
+pub struct Blobstore;
+
+impl Capability for Blobstore {
+    const INTERFACE: &'static str = "blobstore";
+    type State = Arc<BlobScope>;
+
+    fn instance_state(grants: &Grants) -> Arc<BlobScope> {
+        grants.blob.clone()
+    }
+
+    fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        wit::link_blobstore(linker, |state| state.capabilities.blobstore.as_ref())
+    }
 }
 
 fn map_error(path: &str, error: object_store::Error) -> BlobError {

@@ -100,46 +100,192 @@ enum RunEnd {
     Crashed,
 }
 
-/// Runs the pipeline over the whole source, flushing every `flush_every`
-/// transactions, and crashes before action number `crash_at` if given.
-fn run(world: &mut World, flush_every: usize, crash_at: Option<usize>) -> RunEnd {
-    world.epoch += 1;
-    let table_names: Vec<String> = TABLES.iter().map(|t| t.to_string()).collect();
-    let mut core = Core::new(
-        "p",
-        world.epoch,
-        CommitPolicy::Required,
-        table_names.clone(),
-        specs(),
-    );
-    let mut steps = 0usize;
-    let mut queue: Vec<Action> = Vec::new();
-    for table in TABLES {
-        let from_sink = world
-            .positioned
-            .get(table)
-            .and_then(|(_, p)| p.as_ref().map(|(p, _)| p.clone()));
-        for sink in [POSITIONED, PLAIN] {
-            let from_store = world.store.get(&(sink, table.to_string())).cloned();
-            let from_sink = (sink == POSITIONED).then(|| from_sink.clone()).flatten();
-            queue.extend(core.recover(sink, table, from_sink, from_store));
+/// The crash: an effect that never happens, and nothing after it.
+#[derive(Debug)]
+struct Crashed;
+
+/// The simulated host process: the executor's effects over the durable
+/// [`World`], plus what a crash throws away (staged batches).
+struct Sim<'w> {
+    world: &'w mut World,
+    /// The changes of the batch on offer, for the table on offer.
+    batch: Vec<Change>,
+    staged: BTreeMap<SinkId, Vec<Change>>,
+    steps: usize,
+    crash_at: Option<usize>,
+    /// The kind of every step taken, in order.
+    kinds: Vec<&'static str>,
+    /// A sink whose stage calls fail, and how.
+    fail: Option<(SinkId, Failure)>,
+    /// Whether a checkpoint must be covered by the positioned sink in every
+    /// table (the whole-pipeline runs; unit tests drive one table).
+    strict: bool,
+    commits: Vec<CommitRequest>,
+    disabled: Vec<SinkId>,
+}
+
+impl<'w> Sim<'w> {
+    fn new(world: &'w mut World, crash_at: Option<usize>) -> Self {
+        Sim {
+            world,
+            batch: Vec::new(),
+            staged: BTreeMap::new(),
+            steps: 0,
+            crash_at,
+            kinds: Vec::new(),
+            fail: None,
+            strict: true,
+            commits: Vec::new(),
+            disabled: Vec::new(),
         }
     }
-    for action in queue.drain(..) {
-        let Action::Record {
-            sink,
-            table,
-            position,
-        } = action
-        else {
-            panic!("recovery asked for {action:?}")
-        };
-        match position {
-            Some(p) => world.store.insert((sink, table), p),
-            None => world.store.remove(&(sink, table)),
-        };
+
+    /// Counts one step that changes something, crashing before it if it
+    /// is the chosen one.
+    fn step(&mut self, kind: &'static str) -> Result<(), Crashed> {
+        if self.crash_at == Some(self.steps) {
+            return Err(Crashed);
+        }
+        self.steps += 1;
+        self.kinds.push(kind);
+        Ok(())
     }
-    let resume = core.resume();
+
+    fn call(&mut self, call: SinkCall) -> Result<Result<(), Failure>, Crashed> {
+        match call {
+            SinkCall::Stage { sink, after, .. } => {
+                self.step("stage")?;
+                if let Some((failing, failure)) = &self.fail
+                    && *failing == sink
+                {
+                    return Ok(Err(failure.clone()));
+                }
+                let keep = self
+                    .batch
+                    .iter()
+                    .filter(|c| after.as_ref().is_none_or(|a| c.pos > *a))
+                    .cloned();
+                self.staged.entry(sink).or_default().extend(keep);
+            }
+            SinkCall::Commit { sink, request } => {
+                self.step("commit")?;
+                self.commits.push(request.clone());
+                let batch = self.staged.remove(&sink).unwrap_or_default();
+                let table = TABLES
+                    .into_iter()
+                    .find(|t| *t == request.table)
+                    .expect("a known table");
+                if sink == POSITIONED {
+                    let entry = self.world.positioned.entry(table).or_default();
+                    if let Some((_, epoch)) = &entry.1
+                        && request.epoch < *epoch
+                    {
+                        return Ok(Err(Failure {
+                            kind: FailureKind::Fenced,
+                            message: format!("epoch {epoch} committed"),
+                        }));
+                    }
+                    entry.0.extend(batch);
+                    entry.1 = Some((request.high, request.epoch));
+                } else {
+                    self.world.plain.entry(table).or_default().extend(batch);
+                }
+            }
+        }
+        Ok(Ok(()))
+    }
+}
+
+impl Effects for Sim<'_> {
+    type Error = Crashed;
+
+    fn stored(&mut self, sink: SinkId, table: &str) -> Result<Option<Position>, Crashed> {
+        Ok(self.world.store.get(&(sink, table.to_string())).cloned())
+    }
+
+    fn sink_committed(&mut self, sink: SinkId, table: &str) -> Result<Option<SinkClaim>, Crashed> {
+        assert_eq!(sink, POSITIONED, "only positioned sinks are asked");
+        Ok(self
+            .world
+            .positioned
+            .get(table)
+            .and_then(|(_, p)| p.clone())
+            .map(|(position, epoch)| SinkClaim { position, epoch }))
+    }
+
+    fn raise_epoch(&mut self, at_least: u64) -> Result<u64, Crashed> {
+        self.step("epoch")?;
+        self.world.epoch = self.world.epoch.max(at_least);
+        Ok(self.world.epoch)
+    }
+
+    fn call_sinks(&mut self, calls: Vec<SinkCall>) -> Result<Vec<Result<(), Failure>>, Crashed> {
+        calls.into_iter().map(|call| self.call(call)).collect()
+    }
+
+    fn record(&mut self, records: &[Record]) -> Result<(), Crashed> {
+        self.step("record")?;
+        for r in records {
+            let key = (r.sink, r.table.clone());
+            match &r.position {
+                Some(p) => self.world.store.insert(key, p.clone()),
+                None => self.world.store.remove(&key),
+            };
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, position: &Position) -> Result<(), Crashed> {
+        self.step("checkpoint")?;
+        for t in TABLES.into_iter().filter(|_| self.strict) {
+            let durable = self.world.positioned.get(t).and_then(|(_, p)| p.as_ref());
+            assert!(
+                durable.is_some_and(|(p, _)| p >= position),
+                "checkpoint {position} passed what the required sink holds for {t}"
+            );
+        }
+        self.world.acknowledged.push(position.clone());
+        Ok(())
+    }
+
+    fn disable(&mut self, sink: SinkId, _table: &str, _reason: &str) -> Result<(), Crashed> {
+        self.staged.remove(&sink);
+        self.disabled.push(sink);
+        Ok(())
+    }
+
+    fn reached(&mut self, _point: CrashPoint) -> Result<(), Crashed> {
+        Ok(())
+    }
+}
+
+fn new_core(epoch: u64, policy: CommitPolicy, sinks: Vec<SinkSpec>) -> Core {
+    Core::new(
+        "p",
+        epoch,
+        policy,
+        TABLES.iter().map(|t| t.to_string()).collect(),
+        sinks,
+    )
+}
+
+/// Runs the pipeline over the whole source through the executor, flushing
+/// every `flush_every` transactions, and crashes before step `crash_at` if
+/// given. Returns how it ended and the kinds of the steps it took.
+fn run(
+    world: &mut World,
+    flush_every: usize,
+    crash_at: Option<usize>,
+) -> (RunEnd, Vec<&'static str>) {
+    world.epoch += 1;
+    let mut core = new_core(world.epoch, CommitPolicy::Required, specs());
+    let mut sim = Sim::new(world, crash_at);
+    let tables: Vec<String> = TABLES.iter().map(|t| t.to_string()).collect();
+    let resume = match recover_all(&mut core, &tables, &[], &mut sim) {
+        Ok(resume) => resume,
+        Err(ExecError::Effect(Crashed)) => return (RunEnd::Crashed, sim.kinds),
+        Err(e) => panic!("recovery failed: {e:?}"),
+    };
     let txs: Vec<Vec<Change>> = source()
         .into_iter()
         .map(|tx| {
@@ -152,89 +298,37 @@ fn run(world: &mut World, flush_every: usize, crash_at: Option<usize>) -> RunEnd
         })
         .filter(|tx| !tx.is_empty())
         .collect();
-
-    let mut staged: BTreeMap<(SinkId, &str), Vec<Change>> = BTreeMap::new();
     for chunk in txs.chunks(flush_every) {
         let high = chunk.last().unwrap().last().unwrap().pos.clone();
         for table in TABLES {
-            let rows: Vec<Change> = chunk
+            sim.batch = chunk
                 .iter()
                 .flatten()
                 .filter(|c| c.table == table)
                 .cloned()
                 .collect();
-            let low = rows.first().map_or(high.clone(), |c| c.pos.clone());
-            let mut queue = core.offer(table, low, high.clone());
-            while !queue.is_empty() {
-                let action = queue.remove(0);
-                if crash_at == Some(steps) {
-                    return RunEnd::Crashed;
-                }
-                steps += 1;
-                let event = match action {
-                    Action::Stage { sink, after, .. } => {
-                        let keep = rows
-                            .iter()
-                            .filter(|c| after.as_ref().is_none_or(|a| c.pos > *a))
-                            .cloned();
-                        staged.entry((sink, table)).or_default().extend(keep);
-                        Event::Staged { sink }
-                    }
-                    Action::Commit { sink, request } => {
-                        let batch = staged.remove(&(sink, table)).unwrap_or_default();
-                        if sink == POSITIONED {
-                            let entry = world.positioned.entry(table).or_default();
-                            if let Some((_, epoch)) = &entry.1 {
-                                assert!(request.epoch >= *epoch, "zombie commit accepted");
-                            }
-                            entry.0.extend(batch);
-                            entry.1 = Some((request.high, request.epoch));
-                        } else {
-                            world.plain.entry(table).or_default().extend(batch);
-                        }
-                        Event::Committed { sink }
-                    }
-                    Action::Record {
-                        sink,
-                        table,
-                        position,
-                    } => {
-                        world.store.insert((sink, table), position.unwrap());
-                        Event::Recorded { sink }
-                    }
-                    Action::Checkpoint { position } => {
-                        for t in TABLES {
-                            let (_, durable) = &world.positioned[t];
-                            assert!(
-                                durable.as_ref().is_some_and(|(p, _)| *p >= position),
-                                "checkpoint {position} passed what the required sink holds for {t}"
-                            );
-                        }
-                        world.acknowledged.push(position);
-                        continue;
-                    }
-                    Action::Disable { .. } => panic!("no sink fails here"),
-                };
-                queue.extend(core.handle(event).expect("no sink fails here"));
+            let low = sim.batch.first().map_or(high.clone(), |c| c.pos.clone());
+            match commit_batch(&mut core, table, low, high.clone(), &mut sim) {
+                Ok(()) => assert!(!core.busy()),
+                Err(ExecError::Effect(Crashed)) => return (RunEnd::Crashed, sim.kinds),
+                Err(e) => panic!("no sink fails here: {e:?}"),
             }
-            assert!(!core.busy());
         }
     }
-    RunEnd::Finished
+    (RunEnd::Finished, sim.kinds)
 }
 
-/// Applies a change log in position order (last change per key wins).
+/// Applies a change log in position order: the last change per key wins.
 fn reduce(log: &[Change]) -> BTreeMap<u32, u32> {
     let mut sorted = log.to_vec();
     sorted.sort_by(|a, b| a.pos.cmp(&b.pos));
-    let mut state = BTreeMap::new();
-    for c in sorted {
+    sorted.into_iter().fold(BTreeMap::new(), |mut state, c| {
         match c.value {
             Some(v) => state.insert(c.key, v),
             None => state.remove(&c.key),
         };
-    }
-    state
+        state
+    })
 }
 
 struct Verdict {
@@ -276,16 +370,12 @@ fn verify(world: &World) -> Verdict {
     Verdict { plain_duplicates }
 }
 
-/// How many actions an uninterrupted run takes.
-fn actions_in_clean_run(flush_every: usize) -> usize {
-    let mut n = 0;
-    loop {
-        let mut world = World::default();
-        match run(&mut world, flush_every, Some(n)) {
-            RunEnd::Crashed => n += 1,
-            RunEnd::Finished => return n,
-        }
-    }
+/// The kinds of the steps an uninterrupted first run takes.
+fn clean_run_steps(flush_every: usize) -> Vec<&'static str> {
+    let mut world = World::default();
+    let (end, kinds) = run(&mut world, flush_every, None);
+    assert!(matches!(end, RunEnd::Finished));
+    kinds
 }
 
 #[test]
@@ -293,7 +383,7 @@ fn clean_run_is_exact_without_duplicates() {
     for flush_every in [1, 2, 5] {
         let mut world = World::default();
         assert!(matches!(
-            run(&mut world, flush_every, None),
+            run(&mut world, flush_every, None).0,
             RunEnd::Finished
         ));
         assert_eq!(verify(&world).plain_duplicates, 0);
@@ -301,22 +391,25 @@ fn clean_run_is_exact_without_duplicates() {
 }
 
 #[test]
-fn crash_before_every_action_loses_nothing_and_duplicates_only_in_the_plain_sink() {
+fn crash_before_every_step_loses_nothing_and_duplicates_only_in_the_plain_sink() {
     for flush_every in [1, 3] {
-        let total = actions_in_clean_run(flush_every);
-        assert!(total > 20, "the run is too short to crash in the middle");
+        let clean = clean_run_steps(flush_every);
+        assert!(
+            clean.len() > 20,
+            "the run is too short to crash in the middle"
+        );
         let mut saw_duplicates = false;
         let mut crash_kinds = BTreeSet::new();
-        for crash_at in 0..total {
+        for (crash_at, kind) in clean.iter().enumerate() {
             let mut world = World::default();
-            // Which action the crash lands before, to prove every kind was hit.
-            crash_kinds.insert(kind_of_action(flush_every, crash_at));
+            let (end, taken) = run(&mut world, flush_every, Some(crash_at));
+            assert!(matches!(end, RunEnd::Crashed));
+            // A crashed first run takes exactly the clean run's first steps,
+            // so the crash landed before a step of this kind.
+            assert_eq!(taken, clean[..crash_at]);
+            crash_kinds.insert(*kind);
             assert!(matches!(
-                run(&mut world, flush_every, Some(crash_at)),
-                RunEnd::Crashed
-            ));
-            assert!(matches!(
-                run(&mut world, flush_every, None),
+                run(&mut world, flush_every, None).0,
                 RunEnd::Finished
             ));
             let verdict = verify(&world);
@@ -326,7 +419,7 @@ fn crash_before_every_action_loses_nothing_and_duplicates_only_in_the_plain_sink
             saw_duplicates,
             "a crash between the plain sink's commit and the store write must replay"
         );
-        for kind in ["stage", "commit", "record"] {
+        for kind in ["stage", "commit", "record", "checkpoint"] {
             assert!(
                 crash_kinds.contains(kind),
                 "no crash landed before a {kind}"
@@ -335,60 +428,12 @@ fn crash_before_every_action_loses_nothing_and_duplicates_only_in_the_plain_sink
     }
 }
 
-/// The kind of the action a run executes as its `index`-th step.
-fn kind_of_action(flush_every: usize, index: usize) -> &'static str {
-    // A crashed first run executes exactly the first actions of a clean
-    // first run, so replaying the clean schedule names them.
-    let mut kinds = Vec::new();
-    record_kinds(flush_every, &mut kinds);
-    kinds.get(index).copied().unwrap_or("none")
-}
-
-fn record_kinds(flush_every: usize, kinds: &mut Vec<&'static str>) {
-    let mut core = Core::new(
-        "p",
-        1,
-        CommitPolicy::Required,
-        TABLES.iter().map(|t| t.to_string()).collect(),
-        specs(),
-    );
-    for chunk in source().chunks(flush_every) {
-        let high = chunk.last().unwrap().last().unwrap().pos.clone();
-        for table in TABLES {
-            let mut queue = core.offer(table, high.clone(), high.clone());
-            while !queue.is_empty() {
-                let action = queue.remove(0);
-                let event = match action {
-                    Action::Stage { sink, .. } => {
-                        kinds.push("stage");
-                        Event::Staged { sink }
-                    }
-                    Action::Commit { sink, .. } => {
-                        kinds.push("commit");
-                        Event::Committed { sink }
-                    }
-                    Action::Record { sink, .. } => {
-                        kinds.push("record");
-                        Event::Recorded { sink }
-                    }
-                    Action::Checkpoint { .. } => {
-                        kinds.push("checkpoint");
-                        continue;
-                    }
-                    Action::Disable { .. } => unreachable!(),
-                };
-                queue.extend(core.handle(event).unwrap());
-            }
-        }
-    }
-}
-
 #[test]
 fn losing_the_store_keeps_the_positioned_sink_exact_and_shows_duplicates_in_the_plain_one() {
-    let total = actions_in_clean_run(2);
+    let total = clean_run_steps(2).len();
     let mut world = World::default();
     assert!(matches!(
-        run(&mut world, 2, Some(total / 2)),
+        run(&mut world, 2, Some(total / 2)).0,
         RunEnd::Crashed
     ));
     world.store.clear();
@@ -397,7 +442,7 @@ fn losing_the_store_keeps_the_positioned_sink_exact_and_shows_duplicates_in_the_
     // cannot serve that replay, which is why losing the store costs sinks
     // without `positions` their guarantee. Here the source can replay.
     world.acknowledged.clear();
-    assert!(matches!(run(&mut world, 2, None), RunEnd::Finished));
+    assert!(matches!(run(&mut world, 2, None).0, RunEnd::Finished));
     let verdict = verify(&world);
     assert!(
         verdict.plain_duplicates > 0,
@@ -405,17 +450,21 @@ fn losing_the_store_keeps_the_positioned_sink_exact_and_shows_duplicates_in_the_
     );
 }
 
+fn claim(position: &Position) -> Option<SinkClaim> {
+    Some(SinkClaim {
+        position: position.clone(),
+        epoch: 1,
+    })
+}
+
 #[test]
 fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
     let mut core = Core::new("p", 2, CommitPolicy::Required, vec!["a".into()], specs());
     let sink_says = Position::stream(9, 0);
     let store_says = Position::stream(4, 0);
-    let repairs = core.recover(
-        POSITIONED,
-        "a",
-        Some(sink_says.clone()),
-        Some(store_says.clone()),
-    );
+    let repairs = core
+        .recover(POSITIONED, "a", claim(&sink_says), Some(store_says.clone()))
+        .unwrap();
     assert_eq!(
         repairs,
         vec![Action::Record {
@@ -429,17 +478,17 @@ fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
         Some((&sink_says, Origin::Sink))
     );
     // The plain sink only has the store.
-    assert!(
-        core.recover(PLAIN, "a", None, Some(store_says.clone()))
-            .is_empty()
-    );
+    let repairs = core.recover(PLAIN, "a", None, Some(store_says.clone()));
+    assert!(repairs.unwrap().is_empty());
     assert_eq!(
         core.committed(PLAIN, "a"),
         Some((&store_says, Origin::Store))
     );
     assert_eq!(core.resume(), Resume::After(store_says));
     // A sink that lost its table (it says nothing) wins too: the store entry goes.
-    let repairs = core.recover(POSITIONED, "a", None, Some(sink_says));
+    let repairs = core
+        .recover(POSITIONED, "a", None, Some(sink_says))
+        .unwrap();
     assert_eq!(
         repairs,
         vec![Action::Record {
@@ -454,8 +503,10 @@ fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
 #[test]
 fn replayed_batches_are_dropped_for_sinks_that_have_them() {
     let mut core = Core::new("p", 3, CommitPolicy::Required, vec!["a".into()], specs());
-    core.recover(POSITIONED, "a", Some(Position::stream(5, 0)), None);
-    core.recover(PLAIN, "a", None, Some(Position::stream(2, 0)));
+    core.recover(POSITIONED, "a", claim(&Position::stream(5, 0)), None)
+        .unwrap();
+    core.recover(PLAIN, "a", None, Some(Position::stream(2, 0)))
+        .unwrap();
     let actions = core.offer("a", Position::stream(3, 0), Position::stream(4, 0));
     assert_eq!(
         actions,
@@ -467,30 +518,55 @@ fn replayed_batches_are_dropped_for_sinks_that_have_them() {
     );
 }
 
-fn drive_ok(
+#[test]
+fn a_run_takes_an_epoch_above_any_a_sink_has_seen() {
+    let mut world = World::default();
+    world.epoch = 3;
+    world
+        .positioned
+        .insert("a", (Vec::new(), Some((Position::stream(1, 0), 9))));
+    let mut core = new_core(world.epoch, CommitPolicy::Required, specs());
+    let mut sim = Sim::new(&mut world, None);
+    let tables: Vec<String> = TABLES.iter().map(|t| t.to_string()).collect();
+    recover_all(&mut core, &tables, &[], &mut sim).unwrap();
+    assert_eq!(core.epoch(), 10);
+    assert_eq!(world.epoch, 10, "the store holds the raised epoch");
+}
+
+#[test]
+fn an_epoch_claim_with_no_successor_is_refused_naming_the_sink() {
+    let mut core = Core::new("p", 4, CommitPolicy::Required, vec!["a".into()], specs());
+    let lie = SinkClaim {
+        position: Position::stream(1, 0),
+        epoch: u64::MAX,
+    };
+    core.recover(POSITIONED, "a", Some(lie), None).unwrap();
+    let refused = core.epoch_floor().unwrap_err();
+    assert_eq!(refused.sink, "exact");
+    assert!(
+        refused.to_string().contains("epoch 18446744073709551615"),
+        "{refused}"
+    );
+}
+
+/// Offers one batch of table `a` and runs it through the executor, with
+/// `fail` making one sink's stage call fail.
+fn drive(
     core: &mut Core,
-    mut queue: Vec<Action>,
+    low: Position,
+    high: Position,
     fail: Option<(SinkId, Failure)>,
-) -> Result<Vec<Action>, Box<Stop>> {
-    let mut seen = Vec::new();
-    while !queue.is_empty() {
-        let action = queue.remove(0);
-        seen.push(action.clone());
-        let event = match &action {
-            Action::Stage { sink, .. } => match &fail {
-                Some((s, failure)) if s == sink => Event::Failed {
-                    sink: *sink,
-                    failure: failure.clone(),
-                },
-                _ => Event::Staged { sink: *sink },
-            },
-            Action::Commit { sink, .. } => Event::Committed { sink: *sink },
-            Action::Record { sink, .. } => Event::Recorded { sink: *sink },
-            Action::Checkpoint { .. } | Action::Disable { .. } => continue,
-        };
-        queue.extend(core.handle(event)?);
-    }
-    Ok(seen)
+) -> (
+    Result<(), ExecError<Crashed>>,
+    Vec<CommitRequest>,
+    Vec<SinkId>,
+) {
+    let mut world = World::default();
+    let mut sim = Sim::new(&mut world, None);
+    sim.fail = fail;
+    sim.strict = false;
+    let result = commit_batch(core, "a", low, high, &mut sim);
+    (result, sim.commits, sim.disabled)
 }
 
 #[test]
@@ -500,8 +576,12 @@ fn a_failing_required_sink_stops_without_a_checkpoint() {
         kind: FailureKind::Poison,
         message: "bad decimal".into(),
     };
-    let offered = core.offer("a", Position::stream(1, 0), Position::stream(1, 2));
-    let stop = drive_ok(&mut core, offered, Some((PLAIN, failure))).unwrap_err();
+    let low = Position::stream(1, 0);
+    let high = Position::stream(1, 2);
+    let (result, _, _) = drive(&mut core, low, high, Some((PLAIN, failure)));
+    let Err(ExecError::Stopped(stop)) = result else {
+        panic!("the pipeline must stop: {result:?}");
+    };
     assert_eq!(stop.sink, "log");
     assert_eq!(stop.table, "a");
     let text = stop.to_string();
@@ -521,12 +601,10 @@ fn a_failing_optional_sink_is_disabled_and_the_others_go_on() {
         kind: FailureKind::Broken,
         message: "trap".into(),
     };
-    let offered = core.offer("a", Position::stream(1, 0), Position::stream(1, 0));
-    let seen = drive_ok(&mut core, offered, Some((PLAIN, failure))).unwrap();
-    assert!(
-        seen.iter()
-            .any(|a| matches!(a, Action::Disable { sink: PLAIN, .. }))
-    );
+    let at = Position::stream(1, 0);
+    let (result, _, disabled) = drive(&mut core, at.clone(), at, Some((PLAIN, failure)));
+    result.unwrap();
+    assert_eq!(disabled, vec![PLAIN]);
     assert_eq!(core.checkpoint(), Some(&Position::stream(1, 0)));
     assert!(core.is_disabled(PLAIN).unwrap().contains("trap"));
     // The disabled sink keeps its (absent) position, so the next run replays for it.
@@ -548,8 +626,9 @@ fn a_fenced_optional_sink_still_stops_the_pipeline() {
         kind: FailureKind::Fenced,
         message: "epoch 7 committed".into(),
     };
-    let offered = core.offer("a", Position::stream(1, 0), Position::stream(1, 0));
-    assert!(drive_ok(&mut core, offered, Some((POSITIONED, failure))).is_err());
+    let at = Position::stream(1, 0);
+    let (result, _, _) = drive(&mut core, at.clone(), at, Some((POSITIONED, failure)));
+    assert!(matches!(result, Err(ExecError::Stopped(_))));
 }
 
 #[test]
@@ -577,16 +656,16 @@ fn policies_decide_when_the_checkpoint_moves() {
     let ahead = Position::stream(5, 0);
     let checkpoint_for = |policy| {
         let mut core = Core::new("p", 1, policy, vec!["a".into()], three());
-        core.recover(0, "a", Some(lagging.clone()), None);
-        core.recover(1, "a", None, Some(lagging.clone()));
-        core.recover(2, "a", None, None);
+        core.recover(0, "a", claim(&lagging), None).unwrap();
+        core.recover(1, "a", None, Some(lagging.clone())).unwrap();
+        core.recover(2, "a", None, None).unwrap();
         // Sinks 0 and 1 take the batch; sink 2 (never committed) fails and is disabled.
-        let offered = core.offer("a", ahead.clone(), ahead.clone());
         let failure = Failure {
             kind: FailureKind::Broken,
             message: "x".into(),
         };
-        drive_ok(&mut core, offered, Some((2, failure))).unwrap();
+        let (result, _, _) = drive(&mut core, ahead.clone(), ahead.clone(), Some((2, failure)));
+        result.unwrap();
         core.checkpoint().cloned()
     };
     assert_eq!(checkpoint_for(CommitPolicy::Required), Some(ahead.clone()));
@@ -603,15 +682,9 @@ fn commits_carry_the_runs_epoch() {
         vec!["a".into()],
         specs(),
     );
-    let offered = core.offer("a", Position::stream(1, 0), Position::stream(1, 0));
-    let seen = drive_ok(&mut core, offered, None).unwrap();
-    let commits: Vec<_> = seen
-        .iter()
-        .filter_map(|a| match a {
-            Action::Commit { request, .. } => Some(request),
-            _ => None,
-        })
-        .collect();
+    let at = Position::stream(1, 0);
+    let (result, commits, _) = drive(&mut core, at.clone(), at, None);
+    result.unwrap();
     assert_eq!(commits.len(), 2);
     assert!(
         commits

@@ -1,0 +1,132 @@
+//! The `weir` command line: its commands, and what each prints
+//! ([`render`]). Errors come back as one sentence for `main` to print.
+
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::{Parser, Subcommand};
+
+use crate::config::PipelineConfig;
+use crate::pipeline::{self, RunOptions};
+use crate::runtime::{WasmEngine, plugin};
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "Exactly-once change data capture into WebAssembly sinks"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run a pipeline until its source ends (bounded) or Ctrl-C.
+    Run {
+        pipeline: PathBuf,
+        /// Stop the generator source after this many changes.
+        #[arg(long)]
+        max_changes: Option<u64>,
+        /// Print the run's report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show where every sink stands for every table.
+    Status {
+        pipeline: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Work with plugin files.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PluginCommand {
+    /// Show a plugin's contract version, capabilities, imports, digest and size.
+    Inspect {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Where compiled components are cached.
+        #[arg(long, default_value = ".weir/component-cache")]
+        cache_dir: PathBuf,
+    },
+}
+
+/// Exit code of a run that finished with an optional sink disabled (it is
+/// behind and catches up on the next run).
+const EXIT_SINK_DISABLED: u8 = 3;
+
+/// Carries out one command. `Err` is the sentence to print.
+pub fn dispatch(command: Command) -> Result<ExitCode, String> {
+    crate::failpoint::arm_from_env()?;
+    match command {
+        Command::Run {
+            pipeline,
+            max_changes,
+            json,
+        } => {
+            let config = PipelineConfig::load(&pipeline).map_err(|e| e.to_string())?;
+            let io = io_runtime()?;
+            let stop = Arc::new(AtomicBool::new(false));
+            {
+                let stop = stop.clone();
+                io.spawn(async move {
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                });
+            }
+            let report = pipeline::run(&config, &RunOptions { max_changes }, io.handle(), stop)
+                .map_err(|e| format!("pipeline `{}`: {e}", config.pipeline))?;
+            render::run_report(&report, json);
+            if report.disabled.is_empty() {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Ok(ExitCode::from(EXIT_SINK_DISABLED))
+            }
+        }
+        Command::Status { pipeline, json } => {
+            let config = PipelineConfig::load(&pipeline).map_err(|e| e.to_string())?;
+            let io = io_runtime()?;
+            let status = crate::status::status(&config, io.handle()).map_err(|e| e.to_string())?;
+            render::status(&status, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::Inspect {
+                    file,
+                    json,
+                    cache_dir,
+                },
+        } => {
+            let engine = WasmEngine::new(&cache_dir).map_err(|e| e.to_string())?;
+            let info = plugin::inspect(&engine, &file).map_err(|e| e.to_string())?;
+            render::plugin_info(&info, json);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The one tokio runtime of the process: it carries the blob stores', the
+/// source's and the signal handler's I/O, while sink threads and the
+/// pipeline block on it from outside.
+fn io_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("weir-io")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the I/O runtime: {e}"))
+}

@@ -1,0 +1,259 @@
+//! The executor's effects in the host: sink calls go to the sink workers
+//! (one wave in parallel), positions to the position store, checkpoints
+//! back to the run loop, crash points to the failpoints.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use weir_core::commit::{commit_batch, recover_all};
+use weir_core::{
+    CrashPoint, Effects, ExecError, Failure, FailureKind, Record, SinkCall, SinkClaim, SinkId,
+};
+
+use super::setup::Sinks;
+use super::{RunError, RunReport};
+use crate::batch::{Flush, TableBatch};
+use crate::commit::{Core, Resume};
+use crate::failpoint;
+use crate::position::Position;
+use crate::runtime::{BatchHeader, CallError, SinkError, SinkWorker, TableDescription};
+use crate::store::{Entry, PositionStore};
+
+pub(super) struct Shell {
+    pipeline: String,
+    sinks: Vec<Option<SinkWorker>>,
+    sink_names: Vec<String>,
+    store: Box<dyn PositionStore>,
+    descriptions: HashMap<String, Arc<TableDescription>>,
+    /// The batch on offer, and its encodings by the position a sink already
+    /// has (sinks at the same place share one encoding).
+    batch: Option<TableBatch>,
+    encoded: HashMap<Option<Position>, (Arc<Vec<u8>>, BatchHeader)>,
+    /// The newest position the core checkpointed, not yet acknowledged.
+    checkpoint: Option<Position>,
+    /// True while recovering: store writes then are repairs, worth a warning.
+    recovering: bool,
+    pub(super) report: RunReport,
+}
+
+impl Shell {
+    pub(super) fn new(
+        pipeline: &str,
+        sinks: Sinks,
+        store: Box<dyn PositionStore>,
+        descriptions: HashMap<String, Arc<TableDescription>>,
+        report: RunReport,
+    ) -> Self {
+        Shell {
+            pipeline: pipeline.to_string(),
+            sink_names: sinks.specs.iter().map(|s| s.name.clone()).collect(),
+            sinks: sinks.workers,
+            store,
+            descriptions,
+            batch: None,
+            encoded: HashMap::new(),
+            checkpoint: None,
+            recovering: false,
+            report,
+        }
+    }
+
+    pub(super) fn descriptions(&self) -> &HashMap<String, Arc<TableDescription>> {
+        &self.descriptions
+    }
+
+    /// Asks every positioned sink and the store where each table stands,
+    /// repairs the store where the sink disagrees, and says where to resume.
+    pub(super) fn recover(
+        &mut self,
+        core: &mut Core,
+        tables: &[String],
+    ) -> Result<Resume, RunError> {
+        let not_started: Vec<(SinkId, String)> = (0..self.sinks.len())
+            .filter(|&sink| self.sinks[sink].is_none())
+            .map(|sink| {
+                let name = &self.sink_names[sink];
+                let reason = self.report.disabled.get(name).cloned().unwrap_or_default();
+                (sink, reason)
+            })
+            .collect();
+        self.recovering = true;
+        let resume = recover_all(core, tables, &not_started, self);
+        self.recovering = false;
+        resume.map_err(run_error)
+    }
+
+    /// Commits every table batch of a flush, one at a time, in order.
+    pub(super) fn commit(&mut self, core: &mut Core, flush: Flush) -> Result<(), RunError> {
+        for batch in flush.batches {
+            let (table, low, high) = (
+                batch.table.name.clone(),
+                batch.low.clone(),
+                batch.high.clone(),
+            );
+            self.batch = Some(batch);
+            self.encoded.clear();
+            let result = commit_batch(core, &table, low, high, self);
+            self.batch = None;
+            if let Err(e) = result {
+                // Whatever was staged must not linger into a later commit.
+                for worker in self.sinks.iter().flatten() {
+                    worker.abort(&table);
+                }
+                return Err(run_error(e));
+            }
+            self.report.batches_committed += 1;
+        }
+        Ok(())
+    }
+
+    /// The newest checkpoint since the last call, for the source.
+    pub(super) fn take_checkpoint(&mut self) -> Option<Position> {
+        self.checkpoint.take()
+    }
+
+    fn worker(&self, sink: SinkId) -> &SinkWorker {
+        self.sinks[sink]
+            .as_ref()
+            .expect("the core only addresses sinks that started")
+    }
+
+    /// The batch on offer as one sink should see it: only the changes after
+    /// what it already has.
+    fn encoded(
+        &mut self,
+        after: Option<Position>,
+    ) -> Result<(Arc<Vec<u8>>, BatchHeader), RunError> {
+        if let Some(hit) = self.encoded.get(&after) {
+            return Ok(hit.clone());
+        }
+        let batch = self.batch.as_ref().expect("a batch is on offer");
+        let filtered;
+        let view = match &after {
+            Some(a) if *a >= batch.low => {
+                filtered = batch.filter_after(a);
+                &filtered
+            }
+            _ => batch,
+        };
+        let ipc = weir_contract::ipc::encode(&view.records)
+            .map_err(|e| RunError::Setup(format!("cannot encode a batch as Arrow IPC: {e}")))?;
+        let header = BatchHeader {
+            table: self.descriptions[&batch.table.name].clone(),
+            id: view.id.clone(),
+            low: view.low.clone(),
+            high: view.high.clone(),
+            rows: view.records.num_rows() as u32,
+        };
+        let made = (Arc::new(ipc), header);
+        self.encoded.insert(after, made.clone());
+        Ok(made)
+    }
+}
+
+impl Effects for Shell {
+    type Error = RunError;
+
+    fn stored(&mut self, sink: SinkId, table: &str) -> Result<Option<Position>, RunError> {
+        Ok(self
+            .store
+            .get(&self.pipeline, &self.sink_names[sink], table)?)
+    }
+
+    fn sink_committed(&mut self, sink: SinkId, table: &str) -> Result<Option<SinkClaim>, RunError> {
+        let answer = self.worker(sink).committed(&self.pipeline, table).wait();
+        let claim = answer.map_err(|e| RunError::Sink {
+            sink: self.sink_names[sink].clone(),
+            detail: format!("cannot say where table `{table}` stands: {e}"),
+        })?;
+        Ok(claim.map(|c| SinkClaim {
+            position: c.position,
+            epoch: c.epoch,
+        }))
+    }
+
+    fn raise_epoch(&mut self, at_least: u64) -> Result<u64, RunError> {
+        let epoch = self.store.raise_epoch(&self.pipeline, at_least)?;
+        tracing::warn!(
+            epoch,
+            "a sink has seen a newer epoch than the position store; this run takes epoch {epoch}"
+        );
+        Ok(epoch)
+    }
+
+    fn call_sinks(&mut self, calls: Vec<SinkCall>) -> Result<Vec<Result<(), Failure>>, RunError> {
+        let mut pending = Vec::with_capacity(calls.len());
+        for call in calls {
+            pending.push(match call {
+                SinkCall::Stage { sink, after, .. } => {
+                    let (ipc, header) = self.encoded(after)?;
+                    self.worker(sink).write(header, ipc)
+                }
+                SinkCall::Commit { sink, request } => self.worker(sink).commit(request),
+            });
+        }
+        // Sent to every worker first, so different sinks work side by side.
+        Ok(pending
+            .into_iter()
+            .map(|call| call.wait().map_err(failure_of))
+            .collect())
+    }
+
+    fn record(&mut self, records: &[Record]) -> Result<(), RunError> {
+        let entries: Vec<Entry> = records
+            .iter()
+            .map(|r| Entry {
+                sink: self.sink_names[r.sink].clone(),
+                table: r.table.clone(),
+                position: r.position.clone(),
+            })
+            .collect();
+        if self.recovering {
+            for entry in &entries {
+                tracing::warn!(
+                    sink = %entry.sink, table = %entry.table, sink_says = ?entry.position,
+                    "the sink and the position store disagree; the sink wins"
+                );
+            }
+        }
+        Ok(self.store.put_all(&self.pipeline, &entries)?)
+    }
+
+    fn checkpoint(&mut self, position: &Position) -> Result<(), RunError> {
+        self.checkpoint = Some(position.clone());
+        Ok(())
+    }
+
+    fn disable(&mut self, sink: SinkId, table: &str, reason: &str) -> Result<(), RunError> {
+        let name = self.sink_names[sink].clone();
+        tracing::error!(sink = %name, "optional sink disabled for this run: {reason}");
+        self.report.disabled.insert(name, reason.to_string());
+        self.worker(sink).abort(table);
+        Ok(())
+    }
+
+    fn reached(&mut self, point: CrashPoint) -> Result<(), RunError> {
+        failpoint::reached(point);
+        Ok(())
+    }
+}
+
+fn run_error(error: ExecError<RunError>) -> RunError {
+    match error {
+        ExecError::Stopped(stop) => RunError::Stopped(stop),
+        ExecError::Refused(refused) => RunError::Refused(refused),
+        ExecError::Effect(e) => e,
+    }
+}
+
+fn failure_of(error: CallError) -> Failure {
+    let kind = match &error {
+        CallError::Sink(SinkError::Poison(_)) => FailureKind::Poison,
+        CallError::Sink(SinkError::Fenced(_)) => FailureKind::Fenced,
+        _ => FailureKind::Broken,
+    };
+    Failure {
+        kind,
+        message: error.to_string(),
+    }
+}

@@ -1,0 +1,75 @@
+//! The host capabilities a sink may import, one module each, all with the
+//! same life cycle (the shape of Spin's factors):
+//!
+//! 1. at load, a plugin may import a capability's interface
+//!    ([`Capability::INTERFACE`]); an import no capability provides is
+//!    refused before anything runs;
+//! 2. once per engine, the capability adds its host functions to the linker
+//!    ([`Capability::add_to_linker`]), for every contract version;
+//! 3. for every instance, it builds the state those functions see from what
+//!    the operator granted the sink ([`Capability::instance_state`]).
+//!
+//! A new capability is one more module here and one more field in
+//! [`CapabilityStates`]; nothing above the runtime changes.
+
+pub mod blobstore;
+pub mod log;
+
+use std::sync::Arc;
+
+use wasmtime::component::Linker;
+
+use super::instance::HostState;
+use blobstore::{BlobScope, Blobstore};
+use log::Log;
+
+/// One host capability a sink may import.
+pub trait Capability {
+    /// The `weir:sink` interface it provides, as named in a plugin's import
+    /// (`blobstore` in `weir:sink/blobstore@0.1.0`).
+    const INTERFACE: &'static str;
+
+    /// What one sink instance holds of it.
+    type State: Send + 'static;
+
+    /// Builds one instance's state from the sink's grants.
+    fn instance_state(grants: &Grants) -> Self::State;
+
+    /// Adds its host functions, in every contract version the host speaks.
+    fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()>;
+}
+
+/// What the operator granted one sink; every capability takes its part.
+#[derive(Clone)]
+pub struct Grants {
+    /// The sink's name in the pipeline, to tag what it logs.
+    pub sink_name: String,
+    /// The one blob-store root it may use.
+    pub blob: Arc<BlobScope>,
+}
+
+/// The per-instance state of every capability.
+pub struct CapabilityStates {
+    pub(super) blobstore: <Blobstore as Capability>::State,
+    pub(super) log: <Log as Capability>::State,
+}
+
+impl CapabilityStates {
+    /// Each capability's state for a new instance of the sink.
+    pub fn new(grants: &Grants) -> Self {
+        CapabilityStates {
+            blobstore: Blobstore::instance_state(grants),
+            log: Log::instance_state(grants),
+        }
+    }
+}
+
+/// The interfaces the capabilities provide, in the order an operator reads
+/// them in a message.
+pub const INTERFACES: [&str; 2] = [Blobstore::INTERFACE, Log::INTERFACE];
+
+/// Adds every capability's host functions to the linker.
+pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    Blobstore::add_to_linker(linker)?;
+    Log::add_to_linker(linker)
+}

@@ -1,0 +1,221 @@
+//! A sandboxed instance of a sink plugin: its own store, a CPU deadline and
+//! a memory limit on every call, the capabilities the sink was granted, and
+//! nothing ambient. Host types go in; the plugin's contract version is
+//! handled below, in [`wit`](super::wit).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, Trap};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use weir_core::CommitRequest;
+
+use super::capability::{CapabilityStates, Grants};
+use super::engine::EPOCH_TICK;
+use super::plugin::{Plugin, PluginInfo};
+use super::types::{BatchHeader, SinkError, SinkPosition};
+use super::wit::{Answer, SinkExports};
+
+/// Resources an operator grants one sink instance.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The most linear memory the instance may grow to.
+    pub memory_bytes: usize,
+    /// The CPU deadline of each call.
+    pub call_timeout: Duration,
+}
+
+/// How a call into a plugin failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The sink returned an error of its own.
+    #[error("{0}")]
+    Sink(SinkError),
+    /// The instance trapped; it cannot be entered again.
+    #[error("trapped: {0}")]
+    Trap(String),
+    /// The call ran past its CPU deadline.
+    #[error("did not return within its CPU deadline of {0:?}")]
+    Deadline(Duration),
+    /// The instance asked for more memory than it was granted.
+    #[error("{0}")]
+    Memory(String),
+}
+
+/// Per-instance state the host functions see.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) capabilities: CapabilityStates,
+    memory_limit: usize,
+    memory_exhausted: bool,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wasmtime::ResourceLimiter for HostState {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.memory_exhausted = true;
+            // An error (rather than `false`) traps at once with this
+            // message instead of letting the guest's allocator abort.
+            return Err(wasmtime::format_err!(
+                "memory limit of {} MiB reached (asked for {} MiB)",
+                self.memory_limit >> 20,
+                desired >> 20
+            ));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// One live instance of a plugin. After a trap it is unusable (a trapped
+/// component instance cannot be entered again); make a new one.
+pub struct SinkInstance {
+    store: Store<HostState>,
+    plugin: Arc<Plugin>,
+    limits: Limits,
+    exports: SinkExports,
+}
+
+impl SinkInstance {
+    /// A fresh instance of `plugin` with its own store, limits and grants.
+    pub fn new(plugin: Arc<Plugin>, grants: &Grants, limits: &Limits) -> Result<Self, CallError> {
+        // No preopened folders, no environment, no arguments, no network:
+        // everything a sink may touch comes through the weir imports.
+        let wasi = WasiCtxBuilder::new()
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = HostState {
+            wasi,
+            table: ResourceTable::new(),
+            capabilities: CapabilityStates::new(grants),
+            memory_limit: limits.memory_bytes,
+            memory_exhausted: false,
+        };
+        let mut store = Store::new(plugin.pre().engine(), state);
+        store.limiter(|state| state);
+        arm(&mut store, limits);
+        let exports = plugin
+            .pre()
+            .instantiate(&mut store)
+            .and_then(|handle| plugin.exports().load(&mut store, &handle))
+            .map_err(|e| classify(&store, limits, e))?;
+        Ok(SinkInstance {
+            store,
+            plugin,
+            limits: limits.clone(),
+            exports,
+        })
+    }
+
+    /// What the plugin is.
+    pub fn info(&self) -> &PluginInfo {
+        &self.plugin.info
+    }
+
+    /// Hands the sink its pipeline and configuration; called once, first.
+    pub fn open(&mut self, pipeline: &str, config: &[(String, String)]) -> Result<(), CallError> {
+        self.arm();
+        let answer = self.exports.open(&mut self.store, pipeline, config);
+        self.finish(answer)
+    }
+
+    /// Stages one batch: its header and its rows as Arrow IPC stream bytes.
+    pub fn write(&mut self, header: &BatchHeader, ipc: &[u8]) -> Result<(), CallError> {
+        self.arm();
+        let answer = self.exports.write(&mut self.store, header, ipc);
+        self.finish(answer)
+    }
+
+    /// Makes what is staged for the request's table durable.
+    pub fn commit(&mut self, request: &CommitRequest) -> Result<(), CallError> {
+        self.arm();
+        let answer = self.exports.commit(&mut self.store, request);
+        self.finish(answer)
+    }
+
+    /// Drops what is staged for `table`.
+    pub fn abort(&mut self, table: &str) -> Result<(), CallError> {
+        self.arm();
+        let result = self.exports.abort(&mut self.store, table);
+        result.map_err(|e| classify(&self.store, &self.limits, e))
+    }
+
+    /// The sink's own record of where a table stands, if it has `positions`.
+    pub fn committed(
+        &mut self,
+        pipeline: &str,
+        table: &str,
+    ) -> Result<Option<SinkPosition>, CallError> {
+        self.arm();
+        let answer = self.exports.committed(&mut self.store, pipeline, table);
+        self.finish(answer)
+    }
+
+    /// Sets the CPU deadline for the next call.
+    fn arm(&mut self) {
+        arm(&mut self.store, &self.limits);
+    }
+
+    fn finish<T>(&mut self, answer: Answer<T>) -> Result<T, CallError> {
+        match answer {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(CallError::Sink(e)),
+            Err(e) => Err(classify(&self.store, &self.limits, e)),
+        }
+    }
+}
+
+fn arm(store: &mut Store<HostState>, limits: &Limits) {
+    let ticks = (limits.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1);
+    store.set_epoch_deadline(ticks as u64);
+    store.epoch_deadline_trap();
+}
+
+fn classify(store: &Store<HostState>, limits: &Limits, error: wasmtime::Error) -> CallError {
+    if store.data().memory_exhausted {
+        return CallError::Memory(format!(
+            "exceeded its memory limit of {} MiB",
+            limits.memory_bytes >> 20
+        ));
+    }
+    if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+        return CallError::Deadline(limits.call_timeout);
+    }
+    CallError::Trap(first_line(&format!("{error:#}")))
+}
+
+fn first_line(text: &str) -> String {
+    // wasmtime appends a multi-line backtrace; the operator needs the cause.
+    let mut lines = text.lines();
+    let head = lines.next().unwrap_or_default().to_string();
+    match text.find("panicked at") {
+        Some(i) => format!("{head} ({})", text[i..].lines().next().unwrap_or_default()),
+        None => head,
+    }
+}

@@ -1,0 +1,72 @@
+//! What the host says to a sink and hears back, in the host's own types.
+//! The contract version a plugin speaks is the runtime's business: these
+//! are converted to and from that version's WIT types inside
+//! [`runtime`](super) only.
+
+use std::sync::Arc;
+
+use weir_contract::Mode;
+use weir_core::Position;
+
+/// A context column present in every batch, under the operator's name.
+pub use weir_contract::MetadataColumn;
+
+/// The request to make what is staged for a table durable, as the commit
+/// core issues it.
+pub use weir_core::CommitRequest;
+
+/// What a sink needs to know about the table a batch belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDescription {
+    /// The table's name in the source, for example `public.orders`.
+    pub name: String,
+    /// The key columns, in key order; empty for a table without a key.
+    pub key_columns: Vec<String>,
+    /// How changes are applied in the destination.
+    pub mode: Mode,
+    /// The destination name the operator chose; `name` when not mapped.
+    pub destination: String,
+    /// Context columns the operator asked for, present in every batch.
+    pub metadata: Vec<MetadataColumn>,
+}
+
+/// Everything about a batch besides its rows (which travel as Arrow IPC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// The table, shared by every batch of it.
+    pub table: Arc<TableDescription>,
+    /// Deterministic for the same table and position range, across restarts.
+    pub id: String,
+    /// Position of the first change in the batch.
+    pub low: Position,
+    /// Position the table stands at once the batch is committed.
+    pub high: Position,
+    /// Number of rows in the Arrow stream.
+    pub rows: u32,
+}
+
+/// A committed position as a positioned sink reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkPosition {
+    /// The `high` of the table's last durable commit.
+    pub position: Position,
+    /// The epoch of that commit.
+    pub epoch: u64,
+}
+
+/// A sink's own error: what it asks the host to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkError {
+    /// Transient: retry the same call.
+    #[error("retryable error: {0}")]
+    Retryable(String),
+    /// The batch can never be written: stop without advancing past it.
+    #[error("poison batch: {0}")]
+    Poison(String),
+    /// A newer host owns the table: stop and commit nothing more.
+    #[error("fenced: {0}")]
+    Fenced(String),
+    /// The sink cannot go on.
+    #[error("fatal error: {0}")]
+    Fatal(String),
+}

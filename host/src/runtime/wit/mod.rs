@@ -1,0 +1,157 @@
+//! The released versions of the sink contract, one module each with its own
+//! `bindgen!` (the shape of Zed's `since_v0_*` modules). A plugin speaks one
+//! version; the enums here dispatch to it, so nothing above the runtime sees
+//! a version or a WIT-generated type. A new version is one more module and
+//! one more variant in each enum.
+
+mod v0_1_0;
+
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre, Linker};
+use weir_core::CommitRequest;
+
+use super::capability::blobstore::BlobScope;
+use super::capability::log::SinkLog;
+use super::instance::HostState;
+use super::types::{BatchHeader, SinkError, SinkPosition};
+
+/// The contract's package, as it prefixes import and export names.
+pub const PACKAGE: &str = "weir:sink";
+
+/// Every contract version this host speaks, oldest first.
+pub const VERSIONS: [&str; 1] = [v0_1_0::VERSION];
+
+/// The version a new plugin should be built against.
+pub const NEWEST: &str = v0_1_0::VERSION;
+
+/// Whether this host speaks `version` of the contract.
+pub fn speaks(version: &str) -> bool {
+    VERSIONS.contains(&version)
+}
+
+/// The versions this host speaks, as an operator reads them in a message.
+pub fn spoken() -> String {
+    let names: Vec<String> = VERSIONS.iter().map(|v| format!("{PACKAGE}@{v}")).collect();
+    names.join(", ")
+}
+
+/// The name of `interface` of `version` in imports and exports:
+/// `weir:sink/sink@0.1.0`.
+pub fn interface_name(interface: &str, version: &str) -> String {
+    format!("{PACKAGE}/{interface}@{version}")
+}
+
+/// Adds, for every version, the interfaces no capability provides.
+pub fn add_shared_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    v0_1_0::add_shared_to_linker(linker)
+}
+
+/// Adds every version's `blobstore`, served by the scope `state` picks.
+pub fn link_blobstore(
+    linker: &mut Linker<HostState>,
+    state: fn(&mut HostState) -> &BlobScope,
+) -> wasmtime::Result<()> {
+    v0_1_0::link_blobstore(linker, state)
+}
+
+/// Adds every version's `log`, served by the log `state` picks.
+pub fn link_log(
+    linker: &mut Linker<HostState>,
+    state: fn(&mut HostState) -> &SinkLog,
+) -> wasmtime::Result<()> {
+    v0_1_0::link_log(linker, state)
+}
+
+/// Where a loaded plugin's exports sit, for the version it speaks.
+pub enum ExportIndices {
+    V0_1_0(v0_1_0::ExportIndices),
+}
+
+impl ExportIndices {
+    /// Finds the exports of a plugin that speaks `version` (and exports
+    /// `positions` when `positioned`).
+    pub fn new(
+        version: &str,
+        pre: &InstancePre<HostState>,
+        positioned: bool,
+    ) -> wasmtime::Result<Self> {
+        match version {
+            v0_1_0::VERSION => Ok(Self::V0_1_0(v0_1_0::ExportIndices::new(pre, positioned)?)),
+            other => Err(wasmtime::format_err!(
+                "{PACKAGE}@{other} is not a version this host speaks"
+            )),
+        }
+    }
+
+    /// The exports of one instance.
+    pub fn load(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<SinkExports> {
+        match self {
+            Self::V0_1_0(indices) => Ok(SinkExports::V0_1_0(indices.load(store, instance)?)),
+        }
+    }
+}
+
+/// What a call into a sink returns: the outer error is the engine's (a
+/// trap, a deadline), the inner one the sink's own answer.
+pub type Answer<T> = wasmtime::Result<Result<T, SinkError>>;
+
+/// One instance's exports, in the version its plugin speaks.
+pub enum SinkExports {
+    V0_1_0(v0_1_0::SinkExports),
+}
+
+impl SinkExports {
+    /// `sink.open`.
+    pub fn open(
+        &self,
+        store: &mut Store<HostState>,
+        pipeline: &str,
+        config: &[(String, String)],
+    ) -> Answer<()> {
+        match self {
+            Self::V0_1_0(exports) => exports.open(store, pipeline, config),
+        }
+    }
+
+    /// `sink.write`.
+    pub fn write(
+        &self,
+        store: &mut Store<HostState>,
+        header: &BatchHeader,
+        ipc: &[u8],
+    ) -> Answer<()> {
+        match self {
+            Self::V0_1_0(exports) => exports.write(store, header, ipc),
+        }
+    }
+
+    /// `sink.commit`.
+    pub fn commit(&self, store: &mut Store<HostState>, request: &CommitRequest) -> Answer<()> {
+        match self {
+            Self::V0_1_0(exports) => exports.commit(store, request),
+        }
+    }
+
+    /// `sink.abort`.
+    pub fn abort(&self, store: &mut Store<HostState>, table: &str) -> wasmtime::Result<()> {
+        match self {
+            Self::V0_1_0(exports) => exports.abort(store, table),
+        }
+    }
+
+    /// `positions.committed`; `None` from a sink without `positions`.
+    pub fn committed(
+        &self,
+        store: &mut Store<HostState>,
+        pipeline: &str,
+        table: &str,
+    ) -> Answer<Option<SinkPosition>> {
+        match self {
+            Self::V0_1_0(exports) => exports.committed(store, pipeline, table),
+        }
+    }
+}

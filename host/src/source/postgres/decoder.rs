@@ -1,0 +1,415 @@
+//! Turns the replication stream's messages into changes, without I/O.
+//!
+//! The stream shell hands over Begin and Commit (parsed by the replication
+//! client) and the raw pgoutput row messages; the decoder keeps the
+//! relation descriptions and the open transaction. Two things need the
+//! server and are left to the shell: the types of columns a Relation
+//! message adds ([`PendingRelation`]), and unchanged TOAST values that the
+//! old row does not carry ([`Pending::unchanged`], see `toast.rs`).
+
+use std::collections::HashMap;
+
+use super::Emitted;
+use super::catalog::format_lsn;
+use super::decode::decode;
+use super::pgoutput::{self, Datum, Message, Relation, RelationColumn};
+use super::table::{Tables, ddl_error};
+use crate::change::{Change, Op, Transaction, Value};
+use crate::position::Position;
+use crate::source::SourceError;
+
+/// Microseconds from the Unix epoch to Postgres' epoch (2000-01-01).
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// A transaction received up to its commit.
+pub(super) struct OpenTx {
+    pub commit_lsn: u64,
+    /// Microseconds since the Unix epoch.
+    pub commit_ts: i64,
+    pub changes: Vec<Pending>,
+}
+
+/// A change waiting for its transaction's commit.
+pub(super) struct Pending {
+    /// Index into [`Tables`].
+    pub table: usize,
+    pub op: Op,
+    pub values: Vec<Value>,
+    /// Columns pgoutput left out (unchanged TOAST), to fill before handing on.
+    pub unchanged: Vec<usize>,
+    /// The key's text forms, for the TOAST look-up.
+    pub key_text: Vec<String>,
+}
+
+/// How one relation's columns map onto its table's.
+struct Mapping {
+    table: usize,
+    /// For each relation column: the table column it fills.
+    columns: Vec<usize>,
+}
+
+/// A Relation message that adds columns at the end of its table: it takes
+/// effect once the shell has read the added columns' types and added them
+/// to the table ([`Decoder::install`]).
+pub(super) struct PendingRelation {
+    oid: u32,
+    name: String,
+    mapping: Mapping,
+    /// The added columns, in order.
+    pub added: Vec<RelationColumn>,
+}
+
+impl PendingRelation {
+    /// The table the added columns belong to.
+    pub fn table(&self) -> usize {
+        self.mapping.table
+    }
+}
+
+/// The relation descriptions and the open transaction of one stream session.
+pub(super) struct Decoder {
+    /// Named in the error about a table that joined it mid-run.
+    publication: String,
+    relations: HashMap<u32, Mapping>,
+    open: Option<OpenTx>,
+}
+
+impl Decoder {
+    pub fn new(publication: &str) -> Decoder {
+        Decoder {
+            publication: publication.to_string(),
+            relations: HashMap::new(),
+            open: None,
+        }
+    }
+
+    /// Forgets everything: a new stream session sends relations again and
+    /// starts with a whole transaction.
+    pub fn reset(&mut self) {
+        self.relations.clear();
+        self.open = None;
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// A Begin: `commit_micros` counts from Postgres' epoch, as sent.
+    pub fn begin(&mut self, commit_lsn: u64, commit_micros: i64) {
+        self.open = Some(OpenTx {
+            commit_lsn,
+            commit_ts: commit_micros + PG_EPOCH_MICROS,
+            changes: Vec::new(),
+        });
+    }
+
+    /// A Commit: the transaction received since Begin, if any.
+    pub fn commit(&mut self) -> Option<OpenTx> {
+        self.open.take()
+    }
+
+    /// One pgoutput message. Returns a relation that waits for the types
+    /// of the columns it adds.
+    pub fn decode(
+        &mut self,
+        data: &[u8],
+        tables: &Tables,
+    ) -> Result<Option<PendingRelation>, SourceError> {
+        match pgoutput::parse(data).map_err(SourceError::Invalid)? {
+            Message::Relation(rel) => {
+                let pending = self.map_relation(&rel, tables)?;
+                if pending.added.is_empty() {
+                    self.install(pending, tables)?;
+                    return Ok(None);
+                }
+                Ok(Some(pending))
+            }
+            Message::Insert { oid, new } => {
+                let (table, values, unchanged) = self.row(oid, &new, None, tables)?;
+                self.push(table, Op::Insert, values, unchanged, &new, tables)?;
+                Ok(None)
+            }
+            Message::Update { oid, old, new } => {
+                self.on_update(oid, old, new, tables)?;
+                Ok(None)
+            }
+            Message::Delete { oid, old } => {
+                let (table, values, _) = self.row(oid, &old.1, None, tables)?;
+                let gone = if tables[table].append {
+                    values
+                } else {
+                    key_only(&values, &tables[table].info.key)
+                };
+                self.push(table, Op::Delete, gone, Vec::new(), &old.1, tables)?;
+                Ok(None)
+            }
+            Message::Truncate { oids } => Err(self.truncate_error(&oids, tables)),
+            Message::Other(_) => Ok(None),
+        }
+    }
+
+    /// Makes a relation's mapping current, once its table has every column
+    /// the relation names.
+    pub fn install(
+        &mut self,
+        pending: PendingRelation,
+        tables: &Tables,
+    ) -> Result<(), SourceError> {
+        let table = pending.mapping.table;
+        self.relations.insert(pending.oid, pending.mapping);
+        if tables[table].info.oid != pending.oid {
+            return Err(ddl_error(
+                &pending.name,
+                "the table was dropped and re-created",
+            ));
+        }
+        Ok(())
+    }
+
+    fn on_update(
+        &mut self,
+        oid: u32,
+        old: Option<(u8, Vec<Datum>)>,
+        new: Vec<Datum>,
+        tables: &Tables,
+    ) -> Result<(), SourceError> {
+        // A whole old row (REPLICA IDENTITY FULL) carries unchanged TOAST values.
+        let old_row = match &old {
+            Some((b'O', tuple)) => Some(tuple.as_slice()),
+            _ => None,
+        };
+        let (table, values, unchanged) = self.row(oid, &new, old_row, tables)?;
+        if let Some((_, old_tuple)) = &old {
+            let (_, old_values, _) = self.row(oid, old_tuple, None, tables)?;
+            let key = &tables[table].info.key;
+            if !tables[table].append && key.iter().any(|&k| old_values[k] != values[k]) {
+                // A changed key: the row leaves its old key.
+                let gone = key_only(&old_values, key);
+                self.push(table, Op::Delete, gone, Vec::new(), old_tuple, tables)?;
+            }
+        }
+        self.push(table, Op::Update, values, unchanged, &new, tables)
+    }
+
+    /// Maps a Relation message's columns onto the table's, carrying added
+    /// trailing columns and refusing any other change of shape.
+    fn map_relation(&self, rel: &Relation, tables: &Tables) -> Result<PendingRelation, SourceError> {
+        let name = rel.qualified();
+        let Some(index) = tables.index_of(&name) else {
+            return Err(SourceError::Invalid(format!(
+                "table {name} joined publication `{}` while weir was running: restart weir to \
+                 backfill it and stream it",
+                self.publication
+            )));
+        };
+        let known = &tables[index].info.columns;
+        let mut columns = Vec::with_capacity(rel.columns.len());
+        let mut added = Vec::new();
+        for (i, rc) in rel.columns.iter().enumerate() {
+            match known.iter().position(|c| c.name == rc.name) {
+                Some(c) => {
+                    let col = &known[c];
+                    if col.type_oid != rc.type_oid || (col.typmod != rc.typmod && rc.typmod != -1) {
+                        return Err(ddl_error(
+                            &name,
+                            &format!("the type of column `{}` changed", rc.name),
+                        ));
+                    }
+                    columns.push(c);
+                }
+                None if i >= known.len() => {
+                    added.push(rc.clone());
+                    columns.push(known.len() + added.len() - 1);
+                }
+                None => {
+                    return Err(ddl_error(
+                        &name,
+                        &format!(
+                            "column `{}` is new but not at the end, or another column was dropped or \
+                             renamed",
+                            rc.name
+                        ),
+                    ));
+                }
+            }
+        }
+        // Known columns the relation lacks must be trailing ones the table
+        // gained after this part of the stream (they read as null here).
+        if columns.iter().enumerate().any(|(i, &c)| i != c) {
+            return Err(ddl_error(
+                &name,
+                "a column was dropped, renamed or reordered",
+            ));
+        }
+        Ok(PendingRelation {
+            oid: rel.oid,
+            name,
+            mapping: Mapping {
+                table: index,
+                columns,
+            },
+            added,
+        })
+    }
+
+    /// Decodes a tuple into its table's column order. Returns the table,
+    /// the values, and the columns pgoutput left out as unchanged TOAST
+    /// (taken from `old` when it has them).
+    fn row(
+        &self,
+        oid: u32,
+        tuple: &[Datum],
+        old: Option<&[Datum]>,
+        tables: &Tables,
+    ) -> Result<(usize, Vec<Value>, Vec<usize>), SourceError> {
+        let mapping = self.relations.get(&oid).ok_or_else(|| {
+            SourceError::Invalid(format!(
+                "a change to relation {oid} arrived before its description"
+            ))
+        })?;
+        let table = &tables[mapping.table];
+        let mut values = vec![Value::Null; table.info.columns.len()];
+        let mut unchanged = Vec::new();
+        for (i, datum) in tuple.iter().enumerate() {
+            let Some(&column) = mapping.columns.get(i) else {
+                return Err(SourceError::Invalid(format!(
+                    "table {}: a row has more columns than its description",
+                    table.schema.name
+                )));
+            };
+            let datum = match (datum, old.and_then(|o| o.get(i))) {
+                (Datum::Unchanged, Some(d @ Datum::Text(_))) => d,
+                (d, _) => d,
+            };
+            values[column] = match datum {
+                Datum::Null => Value::Null,
+                Datum::Unchanged => {
+                    unchanged.push(column);
+                    Value::Null
+                }
+                Datum::Text(text) => {
+                    let c = &table.info.columns[column];
+                    decode(&c.kind, text).map_err(|e| {
+                        SourceError::Invalid(format!(
+                            "table {} column {}: {e}",
+                            table.schema.name, c.name
+                        ))
+                    })?
+                }
+            };
+        }
+        Ok((mapping.table, values, unchanged))
+    }
+
+    fn push(
+        &mut self,
+        table: usize,
+        op: Op,
+        values: Vec<Value>,
+        unchanged: Vec<usize>,
+        tuple: &[Datum],
+        tables: &Tables,
+    ) -> Result<(), SourceError> {
+        let mapping = &self.relations[&tables[table].info.oid];
+        let key_text = tables[table]
+            .info
+            .key
+            .iter()
+            .map(|&k| {
+                mapping
+                    .columns
+                    .iter()
+                    .position(|&c| c == k)
+                    .and_then(|i| match tuple.get(i) {
+                        Some(Datum::Text(t)) => Some(t.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+        let open = self.open.as_mut().ok_or_else(|| {
+            SourceError::Invalid("a row change arrived outside a transaction".into())
+        })?;
+        open.changes.push(Pending {
+            table,
+            op,
+            values,
+            unchanged,
+            key_text,
+        });
+        Ok(())
+    }
+
+    fn truncate_error(&self, oids: &[u32], tables: &Tables) -> SourceError {
+        let names: Vec<String> = oids
+            .iter()
+            .filter_map(|o| self.relations.get(o))
+            .map(|m| tables[m.table].schema.name.clone())
+            .collect();
+        SourceError::Invalid(format!(
+            "TRUNCATE of {} in the transaction committed at LSN {}: weir does not replicate \
+             TRUNCATE (the sinks would keep the rows). Empty the destination tables by hand, \
+             or drop the table from the publication (ALTER PUBLICATION ... SET (publish = \
+             'insert, update, delete')) and run again",
+            if names.is_empty() {
+                "a table".to_string()
+            } else {
+                names.join(", ")
+            },
+            format_lsn(self.open.as_ref().map_or(0, |o| o.commit_lsn))
+        ))
+    }
+}
+
+/// A row reduced to its key (what a delete needs), the rest null.
+fn key_only(values: &[Value], key: &[usize]) -> Vec<Value> {
+    let mut gone = vec![Value::Null; values.len()];
+    for &k in key {
+        gone[k] = values[k].clone();
+    }
+    gone
+}
+
+impl OpenTx {
+    /// Numbers the changes in commit order and drops those at or before
+    /// what was already emitted. None when the whole transaction was.
+    /// Unchanged TOAST values must have been filled already.
+    pub fn seal(self, tables: &Tables, emitted: &mut Emitted) -> Option<Transaction> {
+        let mut changes = Vec::with_capacity(self.changes.len());
+        for (ordinal, p) in self.changes.into_iter().enumerate() {
+            let pos = Position::stream(self.commit_lsn, ordinal as u32);
+            if emitted.covers(&pos) {
+                continue;
+            }
+            let table = &tables[p.table];
+            let mut values = p.values;
+            // Rows from before an ADD COLUMN lack the new trailing columns.
+            values.resize(table.info.columns.len(), Value::Null);
+            changes.push(Change {
+                table: table.schema.clone(),
+                op: p.op,
+                pos,
+                commit_ts_micros: self.commit_ts,
+                snapshot: false,
+                values,
+            });
+        }
+        let end = match changes.last() {
+            Some(c) => c.pos.clone(),
+            None => {
+                // Nothing new for us in it: stand after it.
+                let pos = Position::stream(self.commit_lsn, u32::MAX);
+                if emitted.covers(&pos) {
+                    return None;
+                }
+                pos
+            }
+        };
+        emitted.advance(end.clone());
+        Some(Transaction { changes, end })
+    }
+}
+
+#[cfg(test)]
+#[path = "decoder_tests.rs"]
+pub(super) mod tests;

@@ -1,0 +1,530 @@
+//! The decoder on hand-built pgoutput messages: no server needed.
+
+use super::*;
+use crate::source::postgres::catalog::{PgColumn, PgTableInfo};
+use crate::source::postgres::decode::PgKind;
+use crate::source::postgres::table::{Table, added_column};
+
+const DOCS_OID: u32 = 16_400;
+const NUMERIC_12_2: i32 = (12 << 16 | 2) + 4;
+
+/// A column of `sql_type` (as `format_type` writes it), with its type oid.
+pub(in crate::source::postgres) fn column(name: &str, kind: PgKind, sql_type: &str) -> PgColumn {
+    let (type_oid, typmod) = match sql_type {
+        "boolean" => (16, -1),
+        "bytea" => (17, -1),
+        "bigint" => (20, -1),
+        "integer" => (23, -1),
+        "text" => (25, -1),
+        "double precision" => (701, -1),
+        "integer[]" => (1007, -1),
+        "date" => (1082, -1),
+        "timestamp without time zone" => (1114, -1),
+        "timestamp with time zone" => (1184, -1),
+        "numeric(12,2)" => (1700, NUMERIC_12_2),
+        other => panic!("no oid for {other}"),
+    };
+    PgColumn {
+        name: name.to_string(),
+        type_oid,
+        typmod,
+        kind,
+        sql_type: sql_type.to_string(),
+        not_null: false,
+    }
+}
+
+/// A table with the given key; append mode when the key is empty.
+pub(in crate::source::postgres) fn table_of(
+    qualified: &str,
+    columns: Vec<PgColumn>,
+    key: Vec<usize>,
+) -> Table {
+    let (schema, name) = qualified.split_once('.').unwrap();
+    let append = key.is_empty();
+    let info = PgTableInfo {
+        oid: DOCS_OID,
+        schema: schema.to_string(),
+        name: name.to_string(),
+        columns,
+        key,
+        estimated_rows: -1.0,
+    };
+    Table::new(info, None, append).unwrap()
+}
+
+fn tables(table: Table) -> Tables {
+    let mut tables = Tables::default();
+    tables.push(table);
+    tables
+}
+
+/// `public.docs (id bigint key, title text, body text)`.
+fn docs() -> Tables {
+    tables(table_of(
+        "public.docs",
+        vec![
+            column("id", PgKind::Int64, "bigint"),
+            column("title", PgKind::Text, "text"),
+            column("body", PgKind::Text, "text"),
+        ],
+        vec![0],
+    ))
+}
+
+// ---------------------------------------------------- message builders
+
+fn cstr(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(s.as_bytes());
+    out.push(0);
+}
+
+/// A Relation message describing `columns` as `(name, type oid, typmod)`.
+fn relation(oid: u32, qualified: &str, columns: &[(&str, u32, i32)]) -> Vec<u8> {
+    let (schema, name) = qualified.split_once('.').unwrap();
+    let mut out = vec![b'R'];
+    out.extend_from_slice(&oid.to_be_bytes());
+    cstr(&mut out, schema);
+    cstr(&mut out, name);
+    out.push(b'd');
+    out.extend_from_slice(&(columns.len() as i16).to_be_bytes());
+    for (name, type_oid, typmod) in columns {
+        out.push(0);
+        cstr(&mut out, name);
+        out.extend_from_slice(&type_oid.to_be_bytes());
+        out.extend_from_slice(&typmod.to_be_bytes());
+    }
+    out
+}
+
+/// The Relation message the server sends for `table` as it is.
+fn relation_of(table: &Table) -> Vec<u8> {
+    let columns: Vec<(&str, u32, i32)> = table
+        .info
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.type_oid, c.typmod))
+        .collect();
+    relation(table.info.oid, &table.schema.name, &columns)
+}
+
+/// A tuple: Some(text) is a value, None a null, [`UNCHANGED`] an unchanged TOAST value.
+fn tuple(out: &mut Vec<u8>, values: &[Option<&str>]) {
+    out.extend_from_slice(&(values.len() as i16).to_be_bytes());
+    for value in values {
+        match value {
+            None => out.push(b'n'),
+            Some(UNCHANGED) => out.push(b'u'),
+            Some(text) => {
+                out.push(b't');
+                out.extend_from_slice(&(text.len() as i32).to_be_bytes());
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
+    }
+}
+
+const UNCHANGED: &str = "\u{0}u";
+
+fn insert(oid: u32, new: &[Option<&str>]) -> Vec<u8> {
+    let mut out = vec![b'I'];
+    out.extend_from_slice(&oid.to_be_bytes());
+    out.push(b'N');
+    tuple(&mut out, new);
+    out
+}
+
+fn update(oid: u32, old: Option<(u8, &[Option<&str>])>, new: &[Option<&str>]) -> Vec<u8> {
+    let mut out = vec![b'U'];
+    out.extend_from_slice(&oid.to_be_bytes());
+    if let Some((marker, old)) = old {
+        out.push(marker);
+        tuple(&mut out, old);
+    }
+    out.push(b'N');
+    tuple(&mut out, new);
+    out
+}
+
+fn delete(oid: u32, marker: u8, old: &[Option<&str>]) -> Vec<u8> {
+    let mut out = vec![b'D'];
+    out.extend_from_slice(&oid.to_be_bytes());
+    out.push(marker);
+    tuple(&mut out, old);
+    out
+}
+
+/// Decodes `messages` as one transaction committed at `lsn` and seals it.
+fn transaction(tables: &Tables, lsn: u64, messages: &[Vec<u8>]) -> Transaction {
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), tables).unwrap();
+    decoder.begin(lsn, 0);
+    for message in messages {
+        assert!(decoder.decode(message, tables).unwrap().is_none());
+    }
+    let open = decoder.commit().expect("open transaction");
+    open.seal(tables, &mut Emitted::default()).expect("something new")
+}
+
+fn text(s: &str) -> Value {
+    Value::Utf8(s.into())
+}
+
+// ---------------------------------------------------- tests
+
+#[test]
+fn begin_insert_commit_gives_one_transaction_at_the_commit_lsn() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    assert!(!decoder.in_transaction());
+    decoder.begin(0x100, 1_000_000);
+    assert!(decoder.in_transaction());
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("1"), Some("a"), None]), &tables)
+        .unwrap();
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("2"), Some("b"), Some("x")]), &tables)
+        .unwrap();
+    let open = decoder.commit().unwrap();
+    assert!(!decoder.in_transaction());
+    let mut emitted = Emitted::default();
+    let tx = open.seal(&tables, &mut emitted).unwrap();
+    assert_eq!(tx.changes.len(), 2);
+    let first = &tx.changes[0];
+    assert_eq!(first.op, Op::Insert);
+    assert_eq!(first.pos, Position::stream(0x100, 0));
+    assert_eq!(first.values, vec![Value::Int64(1), text("a"), Value::Null]);
+    assert_eq!(first.commit_ts_micros, 1_000_000 + PG_EPOCH_MICROS);
+    assert!(!first.snapshot);
+    assert_eq!(tx.end, Position::stream(0x100, 1));
+    assert!(emitted.covers(&tx.end));
+}
+
+#[test]
+fn decodes_every_supported_type() {
+    let columns = vec![
+        column("b", PgKind::Bool, "boolean"),
+        column("i4", PgKind::Int32, "integer"),
+        column("i8", PgKind::Int64, "bigint"),
+        column("f", PgKind::Float64, "double precision"),
+        column(
+            "n",
+            PgKind::Decimal {
+                precision: 12,
+                scale: 2,
+            },
+            "numeric(12,2)",
+        ),
+        column("by", PgKind::Bytea, "bytea"),
+        column("d", PgKind::Date, "date"),
+        column("ts", PgKind::Timestamp, "timestamp without time zone"),
+        column("tz", PgKind::TimestampTz, "timestamp with time zone"),
+        column("t", PgKind::Text, "text"),
+        column("a", PgKind::Array(Box::new(PgKind::Int32)), "integer[]"),
+    ];
+    let tables = tables(table_of("public.types", columns, vec![2]));
+    let row = [
+        Some("t"),
+        Some("-7"),
+        Some("9000000000"),
+        Some("1.5"),
+        Some("-123.40"),
+        Some("\\x00ff"),
+        Some("1970-01-02"),
+        Some("1970-01-01 00:00:01.5"),
+        Some("1970-01-01 01:00:00+01"),
+        Some("héllo"),
+        Some("{1,NULL,3}"),
+    ];
+    let tx = transaction(&tables, 7, &[insert(DOCS_OID, &row)]);
+    assert_eq!(
+        tx.changes[0].values,
+        vec![
+            Value::Bool(true),
+            Value::Int32(-7),
+            Value::Int64(9_000_000_000),
+            Value::Float64(1.5),
+            Value::Decimal128(-12340),
+            Value::Binary(vec![0, 255]),
+            Value::Date32(1),
+            Value::TimestampMicros(1_500_000),
+            Value::TimestampMicros(0),
+            text("héllo"),
+            Value::List(vec![Value::Int32(1), Value::Null, Value::Int32(3)]),
+        ]
+    );
+}
+
+#[test]
+fn a_value_that_does_not_decode_names_its_table_and_column() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(1, 0);
+    let err = decoder
+        .decode(&insert(DOCS_OID, &[Some("one"), None, None]), &tables)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("table public.docs column id"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_update_that_changes_the_key_deletes_the_old_key_first() {
+    let tables = docs();
+    let old: &[Option<&str>] = &[Some("1"), None, None];
+    let tx = transaction(
+        &tables,
+        9,
+        &[update(DOCS_OID, Some((b'K', old)), &[Some("2"), Some("t"), Some("b")])],
+    );
+    assert_eq!(tx.changes.len(), 2);
+    assert_eq!(tx.changes[0].op, Op::Delete);
+    assert_eq!(tx.changes[0].values, vec![Value::Int64(1), Value::Null, Value::Null]);
+    assert_eq!(tx.changes[1].op, Op::Update);
+    assert_eq!(tx.changes[1].values[0], Value::Int64(2));
+    assert_eq!(tx.changes[1].pos, Position::stream(9, 1));
+}
+
+#[test]
+fn an_append_table_keeps_whole_rows_and_never_splits_an_update() {
+    let tables = tables(table_of(
+        "public.log",
+        vec![
+            column("id", PgKind::Int64, "bigint"),
+            column("body", PgKind::Text, "text"),
+        ],
+        vec![],
+    ));
+    let old: &[Option<&str>] = &[Some("1"), Some("a")];
+    let tx = transaction(
+        &tables,
+        9,
+        &[
+            update(DOCS_OID, Some((b'O', old)), &[Some("2"), Some("b")]),
+            delete(DOCS_OID, b'O', &[Some("2"), Some("b")]),
+        ],
+    );
+    let ops: Vec<Op> = tx.changes.iter().map(|c| c.op).collect();
+    assert_eq!(ops, vec![Op::Update, Op::Delete]);
+    assert_eq!(tx.changes[1].values, vec![Value::Int64(2), text("b")]);
+}
+
+#[test]
+fn a_delete_carries_only_the_key() {
+    let tables = docs();
+    let tx = transaction(
+        &tables,
+        3,
+        &[delete(DOCS_OID, b'K', &[Some("5"), None, None])],
+    );
+    assert_eq!(tx.changes[0].op, Op::Delete);
+    assert_eq!(
+        tx.changes[0].values,
+        vec![Value::Int64(5), Value::Null, Value::Null]
+    );
+}
+
+#[test]
+fn unchanged_toast_comes_from_a_whole_old_row_or_is_left_to_look_up() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(4, 0);
+    let old: &[Option<&str>] = &[Some("1"), Some("old"), Some("big body")];
+    let full = update(
+        DOCS_OID,
+        Some((b'O', old)),
+        &[Some("1"), Some("new"), Some(UNCHANGED)],
+    );
+    let bare = update(DOCS_OID, None, &[Some("2"), Some("new"), Some(UNCHANGED)]);
+    decoder.decode(&full, &tables).unwrap();
+    decoder.decode(&bare, &tables).unwrap();
+    let open = decoder.commit().unwrap();
+    assert_eq!(open.changes[0].values[2], text("big body"));
+    assert!(open.changes[0].unchanged.is_empty());
+    assert_eq!(open.changes[1].values[2], Value::Null);
+    assert_eq!(open.changes[1].unchanged, vec![2]);
+    assert_eq!(open.changes[1].key_text, vec!["2".to_string()]);
+}
+
+#[test]
+fn an_added_trailing_column_waits_for_its_type_then_widens_the_rows() {
+    let mut tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    let widened = relation(
+        DOCS_OID,
+        "public.docs",
+        &[("id", 20, -1), ("title", 25, -1), ("body", 25, -1), ("n", 23, -1)],
+    );
+    let pending = decoder.decode(&widened, &tables).unwrap().expect("new column");
+    assert_eq!(pending.table(), 0);
+    assert_eq!(pending.added.len(), 1);
+    let column = added_column(&pending.added[0], PgKind::Int32, "integer".into());
+    tables[0].add_columns(vec![column]);
+    decoder.install(pending, &tables).unwrap();
+    assert_eq!(tables[0].schema.columns.len(), 4);
+    assert!(tables[0].schema.columns[3].nullable);
+    decoder.begin(5, 0);
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("1"), None, None, Some("42")]), &tables)
+        .unwrap();
+    let tx = decoder
+        .commit()
+        .unwrap()
+        .seal(&tables, &mut Emitted::default())
+        .unwrap();
+    assert_eq!(tx.changes[0].values[3], Value::Int32(42));
+}
+
+#[test]
+fn rows_from_before_an_added_column_read_null_there() {
+    let mut tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    let rc = pgoutput::RelationColumn {
+        name: "n".into(),
+        type_oid: 23,
+        typmod: -1,
+        key: false,
+    };
+    tables[0].add_columns(vec![added_column(&rc, PgKind::Int32, "integer".into())]);
+    decoder.begin(5, 0);
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("1"), None, None]), &tables)
+        .unwrap();
+    let tx = decoder
+        .commit()
+        .unwrap()
+        .seal(&tables, &mut Emitted::default())
+        .unwrap();
+    assert_eq!(tx.changes[0].values.len(), 4);
+    assert_eq!(tx.changes[0].values[3], Value::Null);
+}
+
+#[test]
+fn other_changes_of_shape_are_refused() {
+    let tables = docs();
+    let refused = |columns: &[(&str, u32, i32)], oid: u32| {
+        let mut decoder = Decoder::new("weir_cdc");
+        let err = decoder
+            .decode(&relation(oid, "public.docs", columns), &tables)
+            .unwrap_err();
+        err.to_string()
+    };
+    let dropped = refused(&[("id", 20, -1), ("body", 25, -1)], DOCS_OID);
+    assert!(dropped.contains("dropped, renamed or reordered"), "{dropped}");
+    let retyped = refused(&[("id", 23, -1), ("title", 25, -1), ("body", 25, -1)], DOCS_OID);
+    assert!(retyped.contains("the type of column `id` changed"), "{retyped}");
+    let inserted = refused(
+        &[("id", 20, -1), ("x", 25, -1), ("title", 25, -1), ("body", 25, -1)],
+        DOCS_OID,
+    );
+    assert!(inserted.contains("column `x` is new but not at the end"), "{inserted}");
+    let recreated = refused(&[("id", 20, -1), ("title", 25, -1), ("body", 25, -1)], 99);
+    assert!(recreated.contains("dropped and re-created"), "{recreated}");
+    let mut decoder = Decoder::new("weir_cdc");
+    let joined = decoder
+        .decode(&relation(77, "public.other", &[("id", 20, -1)]), &tables)
+        .unwrap_err()
+        .to_string();
+    assert!(joined.contains("joined publication `weir_cdc`"), "{joined}");
+}
+
+#[test]
+fn truncate_stops_the_stream_and_names_the_table() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(0x1_0000_0010, 0);
+    let mut message = vec![b'T'];
+    message.extend_from_slice(&1i32.to_be_bytes());
+    message.push(0);
+    message.extend_from_slice(&DOCS_OID.to_be_bytes());
+    let err = decoder.decode(&message, &tables).unwrap_err().to_string();
+    assert!(err.contains("TRUNCATE of public.docs"), "{err}");
+    assert!(err.contains("LSN 1/10"), "{err}");
+}
+
+#[test]
+fn changes_out_of_order_are_invalid() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    let row = insert(DOCS_OID, &[Some("1"), None, None]);
+    let early = decoder.decode(&row, &tables).unwrap_err().to_string();
+    assert!(early.contains("before its description"), "{early}");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    let outside = decoder.decode(&row, &tables).unwrap_err().to_string();
+    assert!(outside.contains("outside a transaction"), "{outside}");
+    decoder.begin(1, 0);
+    let wide = insert(DOCS_OID, &[Some("1"), None, None, None]);
+    let too_wide = decoder.decode(&wide, &tables).unwrap_err().to_string();
+    assert!(too_wide.contains("more columns than its description"), "{too_wide}");
+}
+
+#[test]
+fn malformed_messages_are_invalid_not_panics() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(1, 0);
+    let whole = insert(DOCS_OID, &[Some("1"), Some("abc"), None]);
+    let mut binary = whole.clone();
+    binary[8] = b'b';
+    let mut unknown_tag = whole.clone();
+    unknown_tag[8] = b'?';
+    let mut no_new_tuple = whole.clone();
+    no_new_tuple[5] = b'X';
+    let mut not_utf8 = whole.clone();
+    // The last byte of "abc" (the null after it is one byte).
+    let bad_utf8_at = whole.len() - 2;
+    not_utf8[bad_utf8_at] = 0xff;
+    for (what, message) in [
+        ("empty", Vec::new()),
+        ("truncated", whole[..whole.len() - 2].to_vec()),
+        ("binary value", binary),
+        ("unknown tuple tag", unknown_tag),
+        ("insert without new tuple", no_new_tuple),
+        ("value not UTF-8", not_utf8),
+        ("string without terminator", vec![b'R', 0, 0, 0, 1, b'p']),
+    ] {
+        let result = decoder.decode(&message, &tables);
+        assert!(
+            matches!(result, Err(SourceError::Invalid(_))),
+            "{what}: {:?}",
+            result.map(|_| ())
+        );
+    }
+}
+
+#[test]
+fn sealing_skips_what_was_emitted_and_stands_after_an_empty_transaction() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    let two_rows = |decoder: &mut Decoder| {
+        decoder.begin(20, 0);
+        for id in ["1", "2"] {
+            decoder
+                .decode(&insert(DOCS_OID, &[Some(id), None, None]), &tables)
+                .unwrap();
+        }
+        decoder.commit().unwrap()
+    };
+    // Resuming inside the transaction: only the part after the position.
+    let mut emitted = Emitted::default();
+    emitted.advance(Position::stream(20, 0));
+    let tx = two_rows(&mut decoder).seal(&tables, &mut emitted).unwrap();
+    assert_eq!(tx.changes.len(), 1);
+    assert_eq!(tx.changes[0].pos, Position::stream(20, 1));
+    // Received again whole: nothing new.
+    assert!(two_rows(&mut decoder).seal(&tables, &mut emitted).is_none());
+    // A transaction without our changes stands after itself.
+    decoder.begin(30, 0);
+    let tx = decoder.commit().unwrap().seal(&tables, &mut emitted).unwrap();
+    assert!(tx.changes.is_empty());
+    assert_eq!(tx.end, Position::stream(30, u32::MAX));
+}

@@ -1,0 +1,194 @@
+//! The source's ordinary (non-replication) connection, and the runtime its
+//! async clients run on: catalog reads, backfill `COPY`, TOAST look-ups,
+//! heartbeats. A lost connection is reopened and the call retried until
+//! the reconnect timeout.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use backon::{BlockingRetryable, ConstantBuilder};
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+
+use super::catalog;
+use super::decode::SESSION_SETTINGS;
+use crate::source::SourceError;
+
+/// Pause between attempts while the server is away.
+const RETRY_DELAY: Duration = Duration::from_millis(500);
+
+/// A query on a borrowed client, as [`Session::query`] runs it.
+pub(super) type QueryFuture<'c, T> =
+    Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + 'c>>;
+
+/// The runtime and the query connection (opened on first use).
+pub(super) struct Session {
+    rt: tokio::runtime::Runtime,
+    dsn: tokio_postgres::Config,
+    client: Option<Client>,
+    reconnect_timeout: Duration,
+}
+
+impl Session {
+    /// Parses the connection string; connects nothing yet.
+    pub fn new(dsn: &str, reconnect_timeout: Duration) -> Result<Session, SourceError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("weir-postgres")
+            .enable_all()
+            .build()
+            .map_err(SourceError::Io)?;
+        let mut dsn = tokio_postgres::Config::from_str(dsn)
+            .map_err(|e| SourceError::Config(format!("dsn: {e}")))?;
+        dsn.options(session_options());
+        dsn.application_name("weir");
+        Ok(Session {
+            rt,
+            dsn,
+            client: None,
+            reconnect_timeout,
+        })
+    }
+
+    pub fn dsn(&self) -> &tokio_postgres::Config {
+        &self.dsn
+    }
+
+    /// Runs a future of the replication client on the source's runtime.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.rt.block_on(future)
+    }
+
+    /// Runs `f` on the query connection, reconnecting (within the reconnect
+    /// timeout) when the connection is lost or the server is restarting.
+    pub fn query<T>(
+        &mut self,
+        what: &str,
+        f: impl for<'c> Fn(&'c Client) -> QueryFuture<'c, T>,
+    ) -> Result<T, SourceError> {
+        let deadline = Instant::now() + self.reconnect_timeout;
+        (|| self.attempt(what, &f))
+            .retry(
+                ConstantBuilder::new()
+                    .with_delay(RETRY_DELAY)
+                    .without_max_times(),
+            )
+            .when(|e| e.is_transient() && Instant::now() < deadline)
+            .notify(|e, _| tracing::warn!("{e}; retrying"))
+            .call()
+    }
+
+    /// Runs statements that return nothing we need.
+    pub fn execute(&mut self, what: &str, sql: &str) -> Result<(), SourceError> {
+        self.query(what, |c| {
+            let sql = sql.to_owned();
+            Box::pin(async move { c.batch_execute(&sql).await })
+        })
+    }
+
+    /// The rows of a query, as text.
+    pub fn rows(&mut self, what: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, SourceError> {
+        self.query(what, |c| {
+            let sql = sql.to_owned();
+            Box::pin(async move { catalog::rows(c, &sql).await })
+        })
+    }
+
+    /// The whole output of a `COPY ... TO STDOUT`.
+    pub fn copy_out(&mut self, what: &str, sql: &str) -> Result<Vec<u8>, SourceError> {
+        self.query(what, |c| {
+            let sql = sql.to_owned();
+            Box::pin(async move { copy_out(c, &sql).await })
+        })
+    }
+
+    fn attempt<T>(
+        &mut self,
+        what: &str,
+        f: &impl for<'c> Fn(&'c Client) -> QueryFuture<'c, T>,
+    ) -> Result<T, SourceError> {
+        self.connect()?;
+        let client = self.client.as_ref().expect("connected");
+        let result = self.rt.block_on(f(client));
+        let closed = client.is_closed();
+        let result = result.map_err(|e| classify(what, closed, &e));
+        if result.as_ref().is_err_and(SourceError::is_transient) {
+            // The next attempt opens a new connection.
+            self.client = None;
+        }
+        result
+    }
+
+    fn connect(&mut self) -> Result<(), SourceError> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            let dsn = self.dsn.clone();
+            let client = self
+                .rt
+                .block_on(async move {
+                    let (client, connection) = dsn.connect(tokio_postgres::NoTls).await?;
+                    tokio::spawn(async move {
+                        if let Err(e) = connection.await {
+                            tracing::debug!("postgres query connection ended: {e}");
+                        }
+                    });
+                    Ok::<_, tokio_postgres::Error>(client)
+                })
+                .map_err(|e| unavailable("cannot connect to Postgres", e))?;
+            self.client = Some(client);
+        }
+        Ok(())
+    }
+}
+
+/// Whether a failed query may succeed on a new connection: the connection
+/// broke, or the server reported a connection problem (class 08) or that
+/// it is stopping or starting (class 57, operator intervention).
+fn classify(what: &str, connection_closed: bool, e: &tokio_postgres::Error) -> SourceError {
+    if connection_closed || e.as_db_error().is_none() {
+        return unavailable(what, e);
+    }
+    match e.code() {
+        Some(code) if is_connection_trouble(code) => unavailable(what, db_message(e)),
+        _ => SourceError::Invalid(format!("{what}: {}", db_message(e))),
+    }
+}
+
+/// SQLSTATE classes 08 (connection exception) and 57 (operator
+/// intervention: shutdown, restart, cannot connect now).
+pub(super) fn is_connection_trouble(code: &SqlState) -> bool {
+    let class = &code.code()[..2];
+    class == "08" || class == "57"
+}
+
+pub(super) fn unavailable(what: &str, e: impl std::fmt::Display) -> SourceError {
+    SourceError::Unavailable(format!("{what}: {e}"))
+}
+
+fn db_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+/// The `options` startup parameter that pins [`SESSION_SETTINGS`].
+pub(super) fn session_options() -> String {
+    SESSION_SETTINGS
+        .iter()
+        .map(|(k, v)| format!("-c {k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn copy_out(client: &Client, sql: &str) -> Result<Vec<u8>, tokio_postgres::Error> {
+    use futures::StreamExt;
+    let stream = client.copy_out(sql).await?;
+    let mut stream = std::pin::pin!(stream);
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        out.extend_from_slice(&chunk?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,431 @@
+//! Setting the source up: the publication's tables, the shapes kept between
+//! runs, the slot and the publication, and where the first run starts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
+
+use super::backfill::Backfill;
+use super::catalog::{self, SlotInfo, format_lsn};
+use super::config::PostgresConfig;
+use super::decode::ident;
+use super::keys::decode_key_texts;
+use super::session::{Session, session_options, unavailable};
+use super::table::{Table, Tables, ddl_error};
+use super::{Context, Emitted};
+use crate::position::Position;
+use crate::source::SourceError;
+
+/// Reads the publication's tables (or, when it does not exist yet, the
+/// tables it will be created for), in name order.
+pub(super) fn load_tables(
+    session: &mut Session,
+    config: &PostgresConfig,
+    append_tables: &BTreeSet<String>,
+) -> Result<Tables, SourceError> {
+    let publication = &config.publication;
+    let mut names = if publication_exists(session, publication)? {
+        session.query("reading the publication's tables", |c| {
+            let p = publication.clone();
+            Box::pin(async move { catalog::publication_tables(c, &p).await })
+        })?
+    } else if config.create_publication_for.is_empty() {
+        return Err(SourceError::Config(format!(
+            "publication `{publication}` does not exist: create it \
+             (CREATE PUBLICATION {publication} FOR TABLE ...) or list the tables under \
+             source.postgres.create_publication_for"
+        )));
+    } else {
+        session.query("listing the tables to publish", |c| {
+            let wanted = config.create_publication_for.clone();
+            Box::pin(async move { catalog::resolve_tables(c, &wanted).await })
+        })?
+    };
+    if names.is_empty() {
+        return Err(SourceError::Config(format!(
+            "publication `{publication}` has no tables"
+        )));
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let mut tables = Tables::default();
+    for name in names {
+        let info = session
+            .query("reading a table's columns", |c| {
+                let n = name.clone();
+                Box::pin(async move { catalog::load_table(c, &n).await })
+            })?
+            .ok_or_else(|| SourceError::Config(format!("table {name} does not exist")))?;
+        let declared_key = config.keys.get(&name).map(Vec::as_slice);
+        tables.push(Table::new(
+            info,
+            declared_key,
+            append_tables.contains(&name),
+        )?);
+    }
+    Ok(tables)
+}
+
+fn publication_exists(session: &mut Session, publication: &str) -> Result<bool, SourceError> {
+    session.query("reading the publication", |c| {
+        let p = publication.to_string();
+        Box::pin(async move { catalog::publication_exists(c, &p).await })
+    })
+}
+
+/// The shapes of the tables this pipeline last streamed, kept in the
+/// state directory so that DDL done while weir was stopped is caught too.
+pub(super) struct SchemaFile {
+    path: PathBuf,
+}
+
+/// Per table: its columns as `(name, type oid, typmod)`.
+type Shapes = BTreeMap<String, Vec<(String, u32, i32)>>;
+
+impl SchemaFile {
+    pub fn new(state_dir: &Path, slot: &str) -> SchemaFile {
+        SchemaFile {
+            path: state_dir.join(format!("postgres-{slot}-schema.json")),
+        }
+    }
+
+    /// Only added trailing columns may differ from the last run.
+    pub fn check(&self, tables: &Tables) -> Result<(), SourceError> {
+        let Ok(text) = std::fs::read_to_string(&self.path) else {
+            return Ok(());
+        };
+        let saved: Shapes = serde_json::from_str(&text).unwrap_or_default();
+        for table in tables.iter() {
+            let Some(before) = saved.get(&table.schema.name) else {
+                continue;
+            };
+            let now = table.shape();
+            if before.len() > now.len() || before[..] != now[..before.len()] {
+                let gone: Vec<&str> = before
+                    .iter()
+                    .filter(|b| !now.iter().any(|n| n.0 == b.0))
+                    .map(|b| b.0.as_str())
+                    .collect();
+                let what = if gone.is_empty() {
+                    "a column was renamed, reordered or changed type since the last run".to_string()
+                } else {
+                    format!(
+                        "column(s) {} dropped or renamed since the last run",
+                        gone.join(", ")
+                    )
+                };
+                return Err(ddl_error(&table.schema.name, &what));
+            }
+        }
+        Ok(())
+    }
+
+    /// Best effort: a file that cannot be written only costs the check of
+    /// the next run.
+    pub fn save(&self, tables: &Tables) {
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let tmp = self.path.with_extension("tmp");
+        let written = serde_json::to_vec_pretty(&tables.shapes())
+            .ok()
+            .and_then(|bytes| std::fs::write(&tmp, bytes).ok())
+            .and_then(|()| std::fs::rename(&tmp, &self.path).ok());
+        if written.is_none() {
+            tracing::warn!(path = %self.path.display(), "cannot save the replicated tables' shapes");
+        }
+    }
+}
+
+/// The replication session's settings, confirming `acked` at the start.
+pub(super) fn replication_config(
+    dsn: &tokio_postgres::Config,
+    config: &PostgresConfig,
+    acked: u64,
+) -> ReplicationConfig {
+    let host = match dsn.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_string(),
+    };
+    let port = dsn.get_ports().first().copied().unwrap_or(5432);
+    let user = dsn
+        .get_user()
+        .map(str::to_string)
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_default();
+    let password = dsn
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_default();
+    let dbname = dsn
+        .get_dbname()
+        .map(str::to_string)
+        .unwrap_or_else(|| user.clone());
+    ReplicationConfig::new(
+        host,
+        user,
+        password,
+        dbname,
+        config.slot.clone(),
+        config.publication.clone(),
+    )
+    .with_port(port)
+    .with_start_lsn(Lsn::ZERO)
+    .with_ack_lsn(Lsn::from_u64(acked))
+    .with_status_interval(config.status_interval())
+    .with_wakeup_interval(config.status_interval())
+    .with_options(session_options())
+    .with_application_name("weir")
+}
+
+/// The replication slot (if it exists) and whether the publication does.
+fn slot_and_publication(
+    session: &mut Session,
+    config: &PostgresConfig,
+) -> Result<(Option<SlotInfo>, bool), SourceError> {
+    session.query("checking the slot", |c| {
+        let s = config.slot.clone();
+        let p = config.publication.clone();
+        Box::pin(async move {
+            Ok((
+                catalog::slot(c, &s).await?,
+                catalog::publication_exists(c, &p).await?,
+            ))
+        })
+    })
+}
+
+/// Fails when the slot or the publication this pipeline already started
+/// from is gone: weir never backfills again silently.
+pub(super) fn check_slot_and_publication(
+    session: &mut Session,
+    config: &PostgresConfig,
+    emitted: &Emitted,
+) -> Result<(), SourceError> {
+    let (slot, publication_exists) = slot_and_publication(session, config)?;
+    match gone_error(config, slot.is_some(), publication_exists, emitted) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn gone_error(
+    config: &PostgresConfig,
+    slot_exists: bool,
+    publication_exists: bool,
+    emitted: &Emitted,
+) -> Option<SourceError> {
+    let (slot, publication) = (&config.slot, &config.publication);
+    let position = emitted.last().cloned().unwrap_or_default();
+    if !slot_exists {
+        return Some(SourceError::Resume {
+            position,
+            reason: format!(
+                "replication slot `{slot}` no longer exists, but this pipeline has already \
+                 started from it: the changes it held are gone, and weir will not silently \
+                 backfill again. To start over, delete the sinks' data and the state directory \
+                 (or use a new pipeline id) and run again; weir then creates the slot and backfills"
+            ),
+        });
+    }
+    if !publication_exists {
+        return Some(SourceError::Resume {
+            position,
+            reason: format!(
+                "publication `{publication}` no longer exists, but this pipeline has already \
+                 started from it. Re-create it with the same tables \
+                 (CREATE PUBLICATION {publication} FOR TABLE ...) and run again"
+            ),
+        });
+    }
+    None
+}
+
+/// Where the run starts, as [`start`] decided it.
+pub(super) struct Start {
+    /// The slot's confirmed position (its consistent point when this run
+    /// created it).
+    pub acked: u64,
+    /// The WAL position to stop at (`exit_when_caught_up`).
+    pub catch_up_lsn: Option<u64>,
+    /// The session that created the slot, kept open until the backfill has
+    /// read its exported snapshot; it then streams.
+    pub gated: Option<ReplicationClient>,
+    pub backfill: Option<Backfill>,
+}
+
+/// Creates what is missing on a first run (the publication, the slot) and
+/// decides where the run starts: a backfill from the start, a backfill
+/// resumed after a committed row, or the stream.
+pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start, SourceError> {
+    let (slot, publication_exists) = slot_and_publication(&mut cx.session, &cx.config)?;
+    if let Some(after) = after {
+        cx.emitted.advance(after.clone());
+        if let Some(e) = gone_error(&cx.config, slot.is_some(), publication_exists, &cx.emitted) {
+            return Err(e);
+        }
+    }
+    if !publication_exists {
+        create_publication(cx)?;
+    }
+    let mut start = Start {
+        acked: 0,
+        catch_up_lsn: None,
+        gated: None,
+        backfill: None,
+    };
+    if let Some(info) = &slot {
+        check_slot(&cx.config, cx.session.dsn(), info)?;
+        start.acked = info.confirmed_flush.unwrap_or(0);
+    }
+    if cx.config.exit_when_caught_up {
+        start.catch_up_lsn = current_wal_lsn(&mut cx.session)?;
+    }
+    match after {
+        None if slot.is_none() => {
+            let (gated, consistent_point, snapshot) = create_slot(cx)?;
+            start.acked = consistent_point;
+            start.gated = Some(gated);
+            start.backfill = Some(Backfill::new(cx.tables.len(), None, snapshot));
+        }
+        None => {
+            tracing::info!(
+                slot = %cx.config.slot,
+                "no sink has a position yet: backfilling every table from the current data, \
+                 then streaming from the slot's confirmed position"
+            );
+            start.backfill = Some(Backfill::new(cx.tables.len(), None, None));
+        }
+        Some(p) if p.as_snapshot().is_some() => {
+            let (t, key) = backfill_resume_point(&cx.tables, p)?;
+            start.backfill = Some(Backfill::new(cx.tables.len(), Some((t, key)), None));
+        }
+        Some(p) => warn_if_behind_the_slot(p, start.acked)?,
+    }
+    Ok(start)
+}
+
+fn create_publication(cx: &mut Context) -> Result<(), SourceError> {
+    let publication = &cx.config.publication;
+    let tables: Vec<String> = cx.tables.iter().map(|t| t.info.sql_name()).collect();
+    let sql = format!(
+        "CREATE PUBLICATION {} FOR TABLE {}",
+        ident(publication),
+        tables.join(", ")
+    );
+    cx.session.execute("creating the publication", &sql)?;
+    tracing::info!(%publication, "publication created");
+    Ok(())
+}
+
+/// An existing slot must be ours to use: pgoutput, in this database.
+fn check_slot(
+    config: &PostgresConfig,
+    dsn: &tokio_postgres::Config,
+    info: &SlotInfo,
+) -> Result<(), SourceError> {
+    let slot = &config.slot;
+    if info.plugin.as_deref() != Some("pgoutput") {
+        return Err(SourceError::Config(format!(
+            "replication slot `{slot}` exists but is not a pgoutput logical slot \
+             (plugin {:?}); drop it or name another slot",
+            info.plugin
+        )));
+    }
+    if let Some(db) = &info.database
+        && let Some(mine) = dsn.get_dbname()
+        && db != mine
+    {
+        return Err(SourceError::Config(format!(
+            "replication slot `{slot}` belongs to database `{db}`, not `{mine}`"
+        )));
+    }
+    Ok(())
+}
+
+fn current_wal_lsn(session: &mut Session) -> Result<Option<u64>, SourceError> {
+    let rows = session.rows(
+        "reading the current WAL position",
+        "SELECT pg_current_wal_insert_lsn()::text",
+    )?;
+    Ok(rows
+        .first()
+        .and_then(|r| r[0].as_deref())
+        .and_then(catalog::parse_lsn))
+}
+
+/// Creates the slot with an exported snapshot, on a session that stays
+/// open until the backfill has imported it. Returns that session, the
+/// slot's consistent point and the snapshot's name.
+fn create_slot(cx: &mut Context) -> Result<(ReplicationClient, u64, Option<String>), SourceError> {
+    let slot = &cx.config.slot;
+    let cfg = replication_config(cx.session.dsn(), &cx.config, 0);
+    let sql = format!(
+        "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT",
+        ident(slot)
+    );
+    let (client, rows) = cx
+        .session
+        .block_on(async {
+            let mut client = ReplicationClient::connect_gated(cfg).await?;
+            let rows = client.simple_query(&sql).await?;
+            Ok::<_, pgwire_replication::PgWireError>((client, rows))
+        })
+        .map_err(|e| unavailable("cannot create the replication slot", e))?;
+    let text = |i: usize| {
+        rows.first()
+            .and_then(|r| r.get(i).cloned().flatten())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let consistent = text(1).as_deref().and_then(catalog::parse_lsn).unwrap_or(0);
+    tracing::info!(slot = %slot, consistent_point = %format_lsn(consistent), "replication slot created");
+    Ok((client, consistent, text(2)))
+}
+
+/// The table and key a backfill position stands at.
+fn backfill_resume_point(
+    tables: &Tables,
+    p: &Position,
+) -> Result<(usize, Vec<String>), SourceError> {
+    let (table, key) = p.as_snapshot().expect("a backfill position");
+    let Some(t) = tables.index_of(table) else {
+        return Err(SourceError::Resume {
+            position: p.clone(),
+            reason: format!(
+                "the backfill stopped in table {table}, which the publication no longer has"
+            ),
+        });
+    };
+    let key = decode_key_texts(&tables[t].key_orders(), key).ok_or_else(|| {
+        SourceError::Resume {
+            position: p.clone(),
+            reason: format!("not a backfill position of table {table}'s key"),
+        }
+    })?;
+    tracing::info!(%table, "resuming the backfill after the last committed row");
+    Ok((t, key))
+}
+
+/// A stream position older than the slot means some sink misses what lies
+/// in between; anything else is not one of ours.
+fn warn_if_behind_the_slot(p: &Position, acked: u64) -> Result<(), SourceError> {
+    let Some((lsn, ordinal)) = p.as_stream() else {
+        return Err(SourceError::Resume {
+            position: p.clone(),
+            reason: "not a position of the Postgres source".into(),
+        });
+    };
+    // The first commit LSN the sinks at `p` still need.
+    let needed = if ordinal == u32::MAX { lsn + 1 } else { lsn };
+    if needed < acked {
+        tracing::warn!(
+            resume = %format_lsn(lsn),
+            confirmed_flush = %format_lsn(acked),
+            "some sink is behind what the slot still holds (an optional sink that \
+             was behind while the required ones were acknowledged): it misses the \
+             changes in between"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,455 @@
+//! The replication stream: whole transactions from the slot, empty ones
+//! standing at heartbeat positions while nothing arrives, and the
+//! acknowledgement that lets the server release WAL.
+
+use std::time::{Duration, Instant};
+
+use backon::{BlockingRetryable, ConstantBuilder};
+use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
+use tokio_postgres::error::SqlState;
+
+use super::catalog;
+use super::decoder::{Decoder, PendingRelation};
+use super::session::unavailable;
+use super::setup::{Start, check_slot_and_publication, replication_config};
+use super::table::added_column;
+use super::toast::fill_unchanged;
+use super::{Context, Emitted};
+use crate::change::Transaction;
+use crate::position::Position;
+use crate::source::SourceError;
+
+/// How long to wait for the stream before standing at a heartbeat.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+/// Pause between attempts to start streaming.
+const RETRY_DELAY: Duration = Duration::from_millis(500);
+
+/// The streaming phase's state.
+pub(super) struct Stream {
+    client: Option<ReplicationClient>,
+    /// The session that created the slot, waiting for the backfill to end
+    /// before it starts streaming.
+    gated: Option<ReplicationClient>,
+    decoder: Decoder,
+    /// The newest position known safe to stand at while idle.
+    heartbeat: Option<Position>,
+    /// Stop once this LSN has been reached (`exit_when_caught_up`).
+    catch_up_lsn: Option<u64>,
+    /// The furthest LSN the server said it has sent us.
+    reached: u64,
+    done: bool,
+    /// The last LSN confirmed to the server (at first, the slot's own).
+    acked: u64,
+    acked_at: Option<Instant>,
+    /// When the stream last carried something (for heartbeats).
+    last_event: Instant,
+}
+
+impl Stream {
+    pub fn new(publication: &str) -> Stream {
+        Stream {
+            client: None,
+            gated: None,
+            decoder: Decoder::new(publication),
+            heartbeat: None,
+            catch_up_lsn: None,
+            reached: 0,
+            done: false,
+            acked: 0,
+            acked_at: None,
+            last_event: Instant::now(),
+        }
+    }
+
+    /// Takes over what setting up found or created.
+    pub fn prepare(&mut self, start: &mut Start) {
+        self.acked = start.acked;
+        self.catch_up_lsn = start.catch_up_lsn;
+        self.gated = start.gated.take();
+    }
+
+    /// After the backfill: streams on the session that created the slot,
+    /// if this run did. On failure the next call reconnects.
+    pub fn start_gated(&mut self, cx: &Context) {
+        let Some(mut gated) = self.gated.take() else {
+            return;
+        };
+        let started = cx.session.block_on(async {
+            gated.start().await?;
+            gated.wait_started().await?;
+            Ok::<_, PgWireError>(gated)
+        });
+        match started {
+            Ok(client) => {
+                self.client = Some(client);
+                self.last_event = Instant::now();
+            }
+            Err(e) => tracing::warn!("cannot stream on the slot's first session ({e}); reconnecting"),
+        }
+    }
+
+    /// The next whole transaction from the stream, or an empty one standing
+    /// at a heartbeat position after a quiet spell; None once caught up
+    /// (`exit_when_caught_up`).
+    pub fn next(&mut self, cx: &mut Context) -> Result<Option<Transaction>, SourceError> {
+        let mut deadline = Instant::now() + IDLE_WAIT;
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if self.client.is_none() {
+                self.connect(cx)?;
+            }
+            if self.caught_up() {
+                self.done = true;
+                return Ok(self.idle_tx(&mut cx.emitted));
+            }
+            self.heartbeat_if_quiet(cx);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                match self.idle_tx(&mut cx.emitted) {
+                    Some(tx) => return Ok(Some(tx)),
+                    // No position to stand at yet: wait on.
+                    None => {
+                        deadline = Instant::now() + IDLE_WAIT;
+                        continue;
+                    }
+                }
+            }
+            let Some(event) = self.receive(cx, left)? else {
+                continue;
+            };
+            if let Some(tx) = self.on_event(cx, event)? {
+                return Ok(Some(tx));
+            }
+        }
+    }
+
+    /// Every required sink has committed up to `pos`: confirm it to the server.
+    pub fn acknowledge(&mut self, pos: &Position) {
+        // Backfill positions release nothing: the slot stays at its start.
+        // A position standing after a whole transaction (or at a heartbeat),
+        // ordinal u32::MAX, covers everything that commits at or before its
+        // LSN, so the server may skip those: confirm the next byte. That
+        // also lets a stopping server see us caught up with it (it waits for
+        // confirmed == sent before shutting down).
+        let confirm = match pos.as_stream() {
+            Some((lsn, u32::MAX)) => lsn + 1,
+            Some((lsn, _)) => lsn,
+            None => return,
+        };
+        if confirm > self.acked {
+            self.acked = confirm;
+            self.acked_at = Some(Instant::now());
+            if let Some(client) = &self.client {
+                client.update_applied_lsn(Lsn::from_u64(confirm));
+            }
+        }
+    }
+
+    /// Ends the session, after giving the last acknowledgement time to
+    /// reach the server.
+    pub fn shutdown(&mut self, cx: &Context) {
+        if let Some(at) = self.acked_at
+            && self.client.is_some()
+        {
+            let due = at + cx.config.status_interval() + Duration::from_millis(200);
+            let wait = due.saturating_duration_since(Instant::now());
+            std::thread::sleep(wait.min(Duration::from_secs(5)));
+        }
+        if let Some(mut client) = self.client.take() {
+            let _ = cx.session.block_on(async {
+                tokio::time::timeout(Duration::from_secs(2), client.shutdown()).await
+            });
+        }
+    }
+
+    fn caught_up(&self) -> bool {
+        !self.decoder.in_transaction()
+            && self
+                .catch_up_lsn
+                .is_some_and(|target| self.reached >= target)
+    }
+
+    /// Writes a logical decoding message when nothing arrived for a while,
+    /// so an idle or filtered database still gives a position to stand at.
+    fn heartbeat_if_quiet(&mut self, cx: &mut Context) {
+        let Some(interval) = cx.config.heartbeat_interval() else {
+            return;
+        };
+        if self.last_event.elapsed() < interval {
+            return;
+        }
+        self.last_event = Instant::now();
+        // A missed heartbeat only delays the next idle position.
+        let _ = cx.session.execute(
+            "writing a heartbeat message",
+            "SELECT pg_logical_emit_message(false, 'weir.heartbeat', '')",
+        );
+    }
+
+    /// Opens a replication session on the slot, retrying (within the
+    /// reconnect timeout) while the server restarts or a killed
+    /// predecessor's walsender still holds the slot.
+    fn connect(&mut self, cx: &mut Context) -> Result<(), SourceError> {
+        let deadline = Instant::now() + cx.config.reconnect_timeout();
+        let acked = self.acked;
+        let attempt = || -> Result<ReplicationClient, ConnectError> {
+            check_slot_and_publication(&mut cx.session, &cx.config, &cx.emitted)
+                .map_err(ConnectError::Setup)?;
+            let cfg = replication_config(cx.session.dsn(), &cx.config, acked);
+            cx.session
+                .block_on(async {
+                    let mut client = ReplicationClient::connect(cfg).await?;
+                    client.wait_started().await?;
+                    Ok(client)
+                })
+                .map_err(ConnectError::Replication)
+        };
+        let client = attempt
+            .retry(
+                ConstantBuilder::new()
+                    .with_delay(RETRY_DELAY)
+                    .without_max_times(),
+            )
+            .when(|e| e.may_clear() && Instant::now() < deadline)
+            .notify(|e, _| tracing::warn!("cannot start streaming yet ({e}); retrying"))
+            .call()
+            .map_err(|e| match e {
+                ConnectError::Setup(e) => e,
+                ConnectError::Replication(e) => {
+                    unavailable("cannot start streaming from the slot", e)
+                }
+            })?;
+        self.client = Some(client);
+        self.decoder.reset();
+        self.last_event = Instant::now();
+        tracing::info!(slot = %cx.config.slot, "streaming from the slot");
+        Ok(())
+    }
+
+    /// The next event within `wait`; None on a timeout or a lost stream
+    /// (which the next call reconnects).
+    fn receive(
+        &mut self,
+        cx: &Context,
+        wait: Duration,
+    ) -> Result<Option<ReplicationEvent>, SourceError> {
+        let client = self.client.as_mut().expect("connected");
+        let received = cx
+            .session
+            .block_on(async { tokio::time::timeout(wait, client.recv()).await });
+        match received {
+            Err(_) => Ok(None),
+            Ok(Ok(Some(event))) => Ok(Some(event)),
+            Ok(Ok(None)) => {
+                self.lost("the server ended the stream".into());
+                Ok(None)
+            }
+            Ok(Err(e)) if sqlstate(&e) == Some(SqlState::UNDEFINED_OBJECT) => {
+                // The slot or the publication was dropped under us.
+                Err(SourceError::Resume {
+                    position: cx.emitted.last().cloned().unwrap_or_default(),
+                    reason: format!("the server stopped the stream: {e}"),
+                })
+            }
+            Ok(Err(e)) => {
+                self.lost(e.to_string());
+                Ok(None)
+            }
+        }
+    }
+
+    fn lost(&mut self, why: String) {
+        tracing::warn!("replication stream lost ({why}); reconnecting");
+        if let Some(mut client) = self.client.take() {
+            client.abort();
+        }
+        self.decoder.reset();
+    }
+
+    fn on_event(
+        &mut self,
+        cx: &mut Context,
+        event: ReplicationEvent,
+    ) -> Result<Option<Transaction>, SourceError> {
+        match event {
+            ReplicationEvent::KeepAlive { wal_end, .. } if !self.decoder.in_transaction() => {
+                self.at_heartbeat(wal_end.as_u64(), &cx.emitted);
+            }
+            ReplicationEvent::Begin {
+                final_lsn,
+                commit_time_micros,
+                ..
+            } => {
+                self.last_event = Instant::now();
+                self.decoder.begin(final_lsn.as_u64(), commit_time_micros);
+            }
+            ReplicationEvent::XLogData { data, .. } => {
+                if let Some(pending) = self.decoder.decode(&data, &cx.tables)? {
+                    self.add_columns(cx, pending)?;
+                }
+            }
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                self.last_event = Instant::now();
+                self.reached = self.reached.max(end_lsn.as_u64());
+                return self.on_commit(cx);
+            }
+            ReplicationEvent::Message {
+                transactional: false,
+                lsn,
+                ..
+            } if !self.decoder.in_transaction() => {
+                self.at_heartbeat(lsn.as_u64(), &cx.emitted);
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// Closes the transaction: fills unchanged TOAST values, numbers the
+    /// changes, and drops what was already emitted.
+    fn on_commit(&mut self, cx: &mut Context) -> Result<Option<Transaction>, SourceError> {
+        let Some(mut open) = self.decoder.commit() else {
+            return Ok(None);
+        };
+        fill_unchanged(&mut cx.session, &cx.tables, &mut open)?;
+        let tx = open.seal(&cx.tables, &mut cx.emitted);
+        if tx.is_some() {
+            self.heartbeat = None;
+        }
+        Ok(tx)
+    }
+
+    /// Reads the types of the columns a relation adds, adds them to the
+    /// table, and keeps the new shape for the next run's check.
+    fn add_columns(&mut self, cx: &mut Context, pending: PendingRelation) -> Result<(), SourceError> {
+        let mut added = Vec::with_capacity(pending.added.len());
+        for rc in &pending.added {
+            let (oid, typmod) = (rc.type_oid, rc.typmod);
+            let (kind, sql_type) = cx.session.query("reading an added column's type", |c| {
+                Box::pin(async move { catalog::type_kind(c, oid, typmod).await })
+            })?;
+            added.push(added_column(rc, kind, sql_type));
+        }
+        cx.tables[pending.table()].add_columns(added);
+        cx.schema_file.save(&cx.tables);
+        self.decoder.install(pending, &cx.tables)
+    }
+
+    /// Everything before `lsn` has been sent (a keepalive's or a message's
+    /// position, received between transactions).
+    fn at_heartbeat(&mut self, lsn: u64, emitted: &Emitted) {
+        if lsn == 0 {
+            return;
+        }
+        self.reached = self.reached.max(lsn);
+        let pos = Position::stream(lsn - 1, u32::MAX);
+        if !emitted.covers(&pos) && self.heartbeat.as_ref().is_none_or(|h| pos > *h) {
+            self.heartbeat = Some(pos);
+        }
+    }
+
+    /// An empty transaction at the newest heartbeat, else at the last
+    /// position emitted (the batcher's heartbeat needs one to stand at).
+    fn idle_tx(&mut self, emitted: &mut Emitted) -> Option<Transaction> {
+        if let Some(hb) = self.heartbeat.take()
+            && !emitted.covers(&hb)
+        {
+            emitted.advance(hb.clone());
+            return Some(Transaction {
+                changes: Vec::new(),
+                end: hb,
+            });
+        }
+        emitted.last().cloned().map(|end| Transaction {
+            changes: Vec::new(),
+            end,
+        })
+    }
+}
+
+/// Why a replication session did not start.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    /// The slot or publication check failed: retrying will not help.
+    #[error("{0}")]
+    Setup(SourceError),
+    #[error("{0}")]
+    Replication(PgWireError),
+}
+
+impl ConnectError {
+    /// The connection broke, the server is starting or stopping, or a
+    /// killed predecessor's walsender still holds the slot.
+    fn may_clear(&self) -> bool {
+        let ConnectError::Replication(e) = self else {
+            return false;
+        };
+        e.is_transient()
+            || sqlstate(e).is_some_and(|code| {
+                code == SqlState::OBJECT_IN_USE || code == SqlState::CANNOT_CONNECT_NOW
+            })
+    }
+}
+
+/// The SQLSTATE of a server error on the replication session (the client
+/// keeps only the text, which ends in `(SQLSTATE xxxxx)`).
+fn sqlstate(e: &PgWireError) -> Option<SqlState> {
+    let PgWireError::Server(message) = e else {
+        return None;
+    };
+    let (_, tail) = message.rsplit_once("(SQLSTATE ")?;
+    Some(SqlState::from_code(tail.strip_suffix(')')?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_errors_on_the_replication_session_give_their_sqlstate() {
+        let held = PgWireError::Server(
+            "replication slot \"weir\" is active for PID 42 (SQLSTATE 55006)".into(),
+        );
+        assert_eq!(sqlstate(&held), Some(SqlState::OBJECT_IN_USE));
+        assert!(ConnectError::Replication(held).may_clear());
+        let gone = PgWireError::Server(
+            "replication slot \"weir\" does not exist (SQLSTATE 42704)".into(),
+        );
+        assert_eq!(sqlstate(&gone), Some(SqlState::UNDEFINED_OBJECT));
+        assert!(!ConnectError::Replication(gone).may_clear());
+        assert_eq!(sqlstate(&PgWireError::Server("no code".into())), None);
+        assert_eq!(sqlstate(&PgWireError::Protocol("x (SQLSTATE 55006)".into())), None);
+    }
+
+    #[test]
+    fn heartbeats_stand_after_what_was_emitted_and_only_move_forward() {
+        let mut stream = Stream::new("weir_cdc");
+        let mut emitted = Emitted::default();
+        emitted.advance(Position::stream(100, 0));
+        stream.at_heartbeat(50, &emitted);
+        assert!(stream.heartbeat.is_none());
+        stream.at_heartbeat(201, &emitted);
+        stream.at_heartbeat(150, &emitted);
+        let tx = stream.idle_tx(&mut emitted).unwrap();
+        assert_eq!(tx.end, Position::stream(200, u32::MAX));
+        assert!(tx.changes.is_empty());
+        // Nothing newer: stand where we are.
+        assert_eq!(stream.idle_tx(&mut emitted).unwrap().end, tx.end);
+        assert_eq!(stream.reached, 201);
+    }
+
+    #[test]
+    fn acknowledging_confirms_the_next_byte_after_a_whole_transaction() {
+        let mut stream = Stream::new("weir_cdc");
+        stream.acknowledge(&Position::snapshot("public.docs", b"k"));
+        assert_eq!(stream.acked, 0);
+        stream.acknowledge(&Position::stream(10, 3));
+        assert_eq!(stream.acked, 10);
+        stream.acknowledge(&Position::stream(10, u32::MAX));
+        assert_eq!(stream.acked, 11);
+        stream.acknowledge(&Position::stream(5, 0));
+        assert_eq!(stream.acked, 11);
+    }
+}

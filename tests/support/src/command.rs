@@ -1,0 +1,90 @@
+//! Where the built artifacts are (the release `weir` binary, the WASM
+//! plugins) and how tests run `weir`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The root of the weir workspace.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("tests/support sits two levels below the workspace")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+}
+
+/// The release `weir` binary (scripts/test builds it before the tests).
+pub fn weir_bin() -> PathBuf {
+    let bin = target_dir().join("release/weir");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release -p weir` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A plugin built by scripts/build-plugins, by crate name.
+pub fn plugin(crate_name: &str) -> PathBuf {
+    let file = target_dir()
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", crate_name.replace('-', "_")));
+    assert!(
+        file.exists(),
+        "{} is missing: run scripts/build-plugins",
+        file.display()
+    );
+    file
+}
+
+/// Runs `weir` with arguments and extra environment, returning its output.
+pub fn weir(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(weir_bin());
+    command.args(args).env("WEIR_LOG", "warn");
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command.output().expect("weir runs")
+}
+
+/// A run's exit code and output, for assertion messages.
+pub fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `weir status --json`, parsed.
+pub fn status(pipeline: &Path) -> serde_json::Value {
+    let out = weir(&["status", pipeline.to_str().unwrap(), "--json"], &[]);
+    assert!(out.status.success(), "weir status failed: {}", text(&out));
+    serde_json::from_slice(&out.stdout).expect("status is JSON")
+}
+
+/// A sink's committed position per table from a status, as raw bytes.
+pub fn positions_of(status: &serde_json::Value, sink: &str) -> BTreeMap<String, Option<Vec<u8>>> {
+    let sinks = status["sinks"].as_array().expect("sinks");
+    let sink = sinks
+        .iter()
+        .find(|s| s["sink"] == sink)
+        .unwrap_or_else(|| panic!("no sink {sink} in status"));
+    sink["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let position = t["position_hex"].as_str().map(|h| hex::decode(h).unwrap());
+            (t["table"].as_str().unwrap().to_string(), position)
+        })
+        .collect()
+}

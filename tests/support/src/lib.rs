@@ -1,0 +1,38 @@
+//! What weir's tests share, so that every test means the same thing by
+//! "the expected state", "the rows a sink holds" or "a pipeline":
+//!
+//! - the generator's oracle and the one reducer (`apply_change`), from
+//!   the `weir` crate's `test-support` feature;
+//! - [`pipeline`]: pipeline configs built as values, not text;
+//! - [`command`]: the built `weir` binary and plugins, and running them;
+//! - [`read`]: reading what sinks wrote with readers we did not write;
+//! - [`expect`]: comparing that with the oracle;
+//! - [`batches`]: record batches as the host hands them to a sink;
+//! - [`kill`]: when crash tests kill the host.
+//!
+//! The default feature `host` brings in the `weir` crate (oracle, readers,
+//! expectations); without it the crate is light enough for a sink's own tests.
+
+pub mod batches;
+pub mod command;
+#[cfg(feature = "host")]
+pub mod expect;
+pub mod kill;
+pub mod pipeline;
+#[cfg(feature = "host")]
+pub mod read;
+
+pub use batches::BatchBuilder;
+pub use command::{plugin, positions_of, status, text, weir, weir_bin, workspace};
+#[cfg(feature = "host")]
+pub use expect::{
+    Reduced, assert_parquet_complete, assert_positioned_exact, assert_table_matches, reduce,
+};
+pub use kill::KillSchedule;
+pub use pipeline::{PipelineBuilder, SinkBuilder, TableMode};
+#[cfg(feature = "host")]
+pub use read::{ReadChange, changes, read_parquet, read_positioned, value_at};
+#[cfg(feature = "host")]
+pub use weir::source::generator::oracle::{
+    ExpectedState, KeyPart, Rows, apply_change, change_log, expected_state, row_key, shop_tables,
+};

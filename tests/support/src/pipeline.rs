@@ -1,0 +1,265 @@
+//! Test pipelines built as values and written out with serde, so a test
+//! states what it runs rather than assembling YAML text. The file is JSON,
+//! which is valid YAML: `weir` reads it like any pipeline file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// A pipeline over the built-in generator, with its sinks.
+#[derive(Clone, Debug, Serialize)]
+pub struct PipelineBuilder {
+    pipeline: String,
+    state_dir: String,
+    source: Source,
+    batch: Batch,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    metadata: Vec<Metadata>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    tables: BTreeMap<String, Table>,
+    sinks: Vec<SinkBuilder>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Source {
+    generator: Generator,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Generator {
+    seed: u64,
+    max_changes: u64,
+    pace_us: u64,
+}
+
+/// Unset limits take the host's defaults.
+#[derive(Clone, Debug, Default, Serialize)]
+struct Batch {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_rows: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    linger_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heartbeat_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Metadata {
+    from: String,
+    #[serde(rename = "as")]
+    name: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Table {
+    mode: TableMode,
+    #[serde(rename = "as")]
+    destination: String,
+}
+
+/// How a table is mapped onto the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableMode {
+    /// The destination mirrors the source table.
+    Upsert,
+    /// Every change becomes a row.
+    Append,
+}
+
+impl PipelineBuilder {
+    /// A pipeline named `test`, keeping its state in `state` beside the
+    /// file, reading the bounded generator stream `(seed, max_changes)`.
+    pub fn generator(seed: u64, max_changes: u64) -> Self {
+        PipelineBuilder {
+            pipeline: "test".into(),
+            state_dir: "state".into(),
+            source: Source {
+                generator: Generator {
+                    seed,
+                    max_changes,
+                    pace_us: 0,
+                },
+            },
+            batch: Batch::default(),
+            metadata: Vec::new(),
+            tables: BTreeMap::new(),
+            sinks: Vec::new(),
+        }
+    }
+
+    /// The pipeline's name; it also names the file [`Self::write_in`] writes.
+    pub fn name(mut self, name: &str) -> Self {
+        self.pipeline = name.into();
+        self
+    }
+
+    /// Where the host keeps its state, relative to the pipeline file.
+    pub fn state_dir(mut self, dir: &str) -> Self {
+        self.state_dir = dir.into();
+        self
+    }
+
+    /// A pause between generated transactions, so a backlog outlasts kills.
+    pub fn pace_us(mut self, pace_us: u64) -> Self {
+        self.source.generator.pace_us = pace_us;
+        self
+    }
+
+    /// The most rows one batch holds.
+    pub fn max_rows(mut self, max_rows: usize) -> Self {
+        self.batch.max_rows = Some(max_rows);
+        self
+    }
+
+    /// How long a batch waits for more changes.
+    pub fn linger_ms(mut self, linger_ms: u64) -> Self {
+        self.batch.linger_ms = Some(linger_ms);
+        self
+    }
+
+    /// How often idle tables advance.
+    pub fn heartbeat_ms(mut self, heartbeat_ms: u64) -> Self {
+        self.batch.heartbeat_ms = Some(heartbeat_ms);
+        self
+    }
+
+    /// Delivers the context field `from` as the column `name`.
+    pub fn metadata(mut self, from: &str, name: &str) -> Self {
+        self.metadata.push(Metadata {
+            from: from.into(),
+            name: name.into(),
+        });
+        self
+    }
+
+    /// Maps source table `table` onto `destination` in `mode`.
+    pub fn table(mut self, table: &str, mode: TableMode, destination: &str) -> Self {
+        let mapping = Table {
+            mode,
+            destination: destination.into(),
+        };
+        self.tables.insert(table.into(), mapping);
+        self
+    }
+
+    /// Adds a sink.
+    pub fn sink(mut self, sink: SinkBuilder) -> Self {
+        self.sinks.push(sink);
+        self
+    }
+
+    /// The generator's seed.
+    pub fn seed(&self) -> u64 {
+        self.source.generator.seed
+    }
+
+    /// The generator's bound.
+    pub fn max_changes(&self) -> u64 {
+        self.source.generator.max_changes
+    }
+
+    /// The pipeline file's text.
+    pub fn text(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a pipeline serializes")
+    }
+
+    /// Writes the pipeline to `path` and returns it.
+    pub fn write(&self, path: &Path) -> PathBuf {
+        std::fs::write(path, self.text())
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        path.to_path_buf()
+    }
+
+    /// Writes the pipeline to `<dir>/<name>.yaml` and returns its path.
+    pub fn write_in(&self, dir: &Path) -> PathBuf {
+        self.write(&dir.join(format!("{}.yaml", self.pipeline)))
+    }
+}
+
+/// One sink of a test pipeline: required, with the host's default limits
+/// and retries unless set.
+#[derive(Clone, Debug, Serialize)]
+pub struct SinkBuilder {
+    name: String,
+    plugin: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+    required: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blob_store: Option<BlobStore>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    config: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits: Option<Limits>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retries: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct BlobStore {
+    url: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Limits {
+    memory_mb: u64,
+    call_timeout_ms: u64,
+}
+
+impl SinkBuilder {
+    /// A required sink `name` running the component at `plugin`.
+    pub fn new(name: &str, plugin: impl Into<PathBuf>) -> Self {
+        SinkBuilder {
+            name: name.into(),
+            plugin: plugin.into(),
+            sha256: None,
+            required: true,
+            blob_store: None,
+            config: BTreeMap::new(),
+            limits: None,
+            retries: None,
+        }
+    }
+
+    /// The blob store's root: a local directory.
+    pub fn blob_store(mut self, root: &Path) -> Self {
+        let url = root.to_str().expect("test paths are UTF-8").to_string();
+        self.blob_store = Some(BlobStore { url });
+        self
+    }
+
+    /// Whether the pipeline stops when this sink fails.
+    pub fn required(mut self, required: bool) -> Self {
+        self.required = required;
+        self
+    }
+
+    /// Memory and per-call time limits.
+    pub fn limits(mut self, memory_mb: u64, call_timeout_ms: u64) -> Self {
+        self.limits = Some(Limits {
+            memory_mb,
+            call_timeout_ms,
+        });
+        self
+    }
+
+    /// How often a transient failure is retried.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = Some(retries);
+        self
+    }
+
+    /// One entry of the plugin's own configuration.
+    pub fn config(mut self, key: &str, value: &str) -> Self {
+        self.config.insert(key.into(), value.into());
+        self
+    }
+
+    /// Pins the plugin to a SHA-256 digest (hex).
+    pub fn sha256(mut self, digest: &str) -> Self {
+        self.sha256 = Some(digest.into());
+        self
+    }
+}
