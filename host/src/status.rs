@@ -52,7 +52,7 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
         ))
     })?;
     let engine = WasmEngine::new(&config.cache_dir())?;
-    let source = setup::make_source(config, &RunOptions::default())?;
+    let source = setup::make_source(config, &RunOptions::default(), io)?;
     let head = source.head();
     let tables = source.tables();
     let started = match setup::start_sinks(config, &engine, io) {

@@ -11,6 +11,7 @@ pub mod position;
 
 pub use commit::{
     Action, ClaimRefused, CommitPolicy, CommitRequest, Core, CrashPoint, Effects, Event, ExecError,
-    Failure, FailureKind, Origin, Record, Resume, SinkCall, SinkClaim, SinkId, SinkSpec, Stop,
+    Failure, FailureKind, MAX_EPOCH, Origin, Record, Resume, SinkCall, SinkClaim, SinkId, SinkSpec,
+    Stop,
 };
 pub use position::Position;

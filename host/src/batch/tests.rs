@@ -4,6 +4,7 @@ use arrow_array::types::{
 };
 
 use super::*;
+use weir_contract::utc_micros;
 use crate::change::{Column, Op};
 use crate::source::Source;
 use crate::source::generator::{self, ExpectedState, Generator, GeneratorConfig};

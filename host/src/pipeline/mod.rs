@@ -76,7 +76,7 @@ pub fn run(
     let epoch = store.next_epoch(&config.pipeline)?;
     let engine = WasmEngine::new(&config.cache_dir())?;
     let sinks = setup::start_sinks(config, &engine, io)?;
-    let mut source = setup::make_source(config, options)?;
+    let mut source = setup::make_source(config, options, io)?;
     let tables = source.tables();
     let descriptions = setup::describe_tables(config, &tables)?;
     let table_names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
@@ -100,6 +100,7 @@ pub fn run(
         descriptions,
         report,
     );
+    core.set_source_head(source.ceiling()?);
     tracing::info!(pipeline = %config.pipeline, epoch, "starting");
 
     let resume = shell.recover(&mut core, &table_names)?;

@@ -23,6 +23,7 @@ use crate::source::postgres::{PostgresSettings, PostgresSource};
 pub fn make_source(
     config: &PipelineConfig,
     options: &RunOptions,
+    io: &tokio::runtime::Handle,
 ) -> Result<Box<dyn Source>, RunError> {
     match &config.source {
         SourceConfig::Postgres(pg) => {
@@ -35,6 +36,7 @@ pub fn make_source(
                     .map(|(name, _)| name.clone())
                     .collect(),
                 state_dir: config.state_dir(),
+                io: io.clone(),
             };
             Ok(Box::new(PostgresSource::open(settings)?))
         }

@@ -26,6 +26,14 @@ pub trait Source: Send {
     /// in bounded mode), for lag reporting.
     fn head(&self) -> Option<Position>;
 
+    /// The furthest position this source can have produced so far, in any
+    /// run, or None when it cannot tell. A sink that claims to have
+    /// committed past it is lying, and the host refuses the claim rather
+    /// than acknowledge what the source never produced.
+    fn ceiling(&mut self) -> Result<Option<Position>, SourceError> {
+        Ok(None)
+    }
+
     /// Every required sink has durably committed up to `pos`: the source may
     /// release what lies at or before it (Postgres: `confirmed_flush_lsn`).
     fn acknowledge(&mut self, pos: &Position) -> Result<(), SourceError>;

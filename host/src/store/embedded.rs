@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};
 
+use crate::commit::MAX_EPOCH;
 use crate::position::Position;
 
 use super::{Entry, PositionStore, StoreError, Stored};
@@ -88,7 +89,7 @@ impl PositionStore for EmbeddedStore {
             let current = epochs.get(pipeline)?.map_or(0, |v| v.value());
             // Checked: an epoch store at the top of the range must refuse,
             // not wrap to an epoch every sink has already seen.
-            let Some(next) = current.checked_add(1) else {
+            let Some(next) = current.checked_add(1).filter(|n| *n <= MAX_EPOCH) else {
                 return Ok(None);
             };
             epochs.insert(pipeline, next)?;
@@ -235,10 +236,10 @@ mod tests {
     fn the_last_epoch_is_refused_rather_than_wrapped() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(&dir.path().join("weir.redb")).unwrap();
-        assert_eq!(store.raise_epoch("p", u64::MAX).unwrap(), u64::MAX);
+        assert_eq!(store.raise_epoch("p", MAX_EPOCH).unwrap(), MAX_EPOCH);
         let error = store.next_epoch("p").unwrap_err().to_string();
         assert!(error.contains("pipeline `p`"), "{error}");
-        assert_eq!(store.current_epoch("p").unwrap(), Some(u64::MAX));
+        assert_eq!(store.current_epoch("p").unwrap(), Some(MAX_EPOCH));
     }
 
     #[test]

@@ -27,6 +27,12 @@ pub use executor::{
     CrashPoint, Effects, ExecError, Record, SinkCall, commit_batch, recover as recover_all,
 };
 
+/// The largest fencing epoch a host ever hands out. Each run takes one, so
+/// no honest sink can have seen more; a claim above it is a lie, and
+/// refusing it keeps one lying sink from pushing the pipeline's epoch to the
+/// end of the range, where no later run could fence anything again.
+pub const MAX_EPOCH: u64 = 1 << 48;
+
 /// Index of a sink in the pipeline's sink list.
 pub type SinkId = usize;
 
@@ -262,6 +268,8 @@ pub struct Core {
     checkpoint: Option<Position>,
     /// The newest epoch a positioned sink reported on start, and which.
     newest_claimed_epoch: Option<(u64, SinkId, String)>,
+    /// The furthest position the source can have produced, when it knows.
+    source_head: Option<Position>,
 }
 
 impl Core {
@@ -288,6 +296,7 @@ impl Core {
             in_flight: None,
             checkpoint: None,
             newest_claimed_epoch: None,
+            source_head: None,
         }
     }
 
@@ -309,6 +318,13 @@ impl Core {
         &self.sinks[sink].spec
     }
 
+    /// Tells the core the furthest position the source can have produced:
+    /// a sink that claims to have committed beyond it is refused, so no
+    /// sink can make the host acknowledge what the source never produced.
+    pub fn set_source_head(&mut self, head: Option<Position>) {
+        self.source_head = head;
+    }
+
     pub fn sink_count(&self) -> usize {
         self.sinks.len()
     }
@@ -326,6 +342,27 @@ impl Core {
         if !slot.spec.positioned {
             set_committed(&mut slot.committed, table, from_store, Origin::Store);
             return Ok(Vec::new());
+        }
+        if let Some(claim) = &from_sink
+            && let Some(head) = &self.source_head
+            && claim.position > *head
+        {
+            return Err(ClaimRefused {
+                sink: slot.spec.name.clone(),
+                table: table.to_string(),
+                claim: format!("position {}", claim.position),
+                why: format!("the source has produced nothing past {head}"),
+            });
+        }
+        if let Some(claim) = &from_sink
+            && claim.epoch >= MAX_EPOCH
+        {
+            return Err(ClaimRefused {
+                sink: slot.spec.name.clone(),
+                table: table.to_string(),
+                claim: format!("epoch {}", claim.epoch),
+                why: format!("no host hands out epochs of {MAX_EPOCH} or more"),
+            });
         }
         if let Some(claim) = &from_sink
             && self
@@ -356,7 +393,7 @@ impl Core {
         if *seen < self.epoch {
             return Ok(None);
         }
-        match seen.checked_add(1) {
+        match seen.checked_add(1).filter(|floor| *floor <= MAX_EPOCH) {
             Some(floor) => Ok(Some(floor)),
             None => Err(ClaimRefused {
                 sink: self.sinks[*sink].spec.name.clone(),

@@ -534,19 +534,49 @@ fn a_run_takes_an_epoch_above_any_a_sink_has_seen() {
 }
 
 #[test]
-fn an_epoch_claim_with_no_successor_is_refused_naming_the_sink() {
-    let mut core = Core::new("p", 4, CommitPolicy::Required, vec!["a".into()], specs());
-    let lie = SinkClaim {
-        position: Position::stream(1, 0),
-        epoch: u64::MAX,
-    };
-    core.recover(POSITIONED, "a", Some(lie), None).unwrap();
-    let refused = core.epoch_floor().unwrap_err();
+fn a_position_claim_beyond_the_source_head_is_refused_naming_the_sink() {
+    let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], specs());
+    core.set_source_head(Some(Position::stream(10, 3)));
+    let honest = claim(&Position::stream(10, 3));
+    assert!(core.recover(POSITIONED, "a", honest, None).is_ok());
+    let lie = claim(&Position::stream(11, 0));
+    let refused = core.recover(POSITIONED, "a", lie, None).unwrap_err();
     assert_eq!(refused.sink, "exact");
-    assert!(
-        refused.to_string().contains("epoch 18446744073709551615"),
-        "{refused}"
+    let text = refused.to_string();
+    assert!(text.contains("11/0") && text.contains("10/3"), "{text}");
+    assert_eq!(
+        core.committed(POSITIONED, "a").map(|(p, _)| p.clone()),
+        Some(Position::stream(10, 3)),
+        "the lie moved nothing"
     );
+}
+
+#[test]
+fn an_impossible_epoch_claim_is_refused_naming_the_sink() {
+    for lie in [u64::MAX, u64::MAX - 1, MAX_EPOCH] {
+        let mut core = Core::new("p", 4, CommitPolicy::Required, vec!["a".into()], specs());
+        let claim = SinkClaim {
+            position: Position::stream(1, 0),
+            epoch: lie,
+        };
+        let refused = core
+            .recover(POSITIONED, "a", Some(claim), None)
+            .unwrap_err();
+        assert_eq!(refused.sink, "exact");
+        assert!(
+            refused.to_string().contains(&format!("epoch {lie}")),
+            "{refused}"
+        );
+        assert_eq!(core.epoch_floor(), Ok(None), "the lie moved nothing");
+    }
+    // The largest honest claim still leaves room to fence it.
+    let mut core = Core::new("p", 4, CommitPolicy::Required, vec!["a".into()], specs());
+    let claim = SinkClaim {
+        position: Position::stream(1, 0),
+        epoch: MAX_EPOCH - 1,
+    };
+    core.recover(POSITIONED, "a", Some(claim), None).unwrap();
+    assert_eq!(core.epoch_floor(), Ok(Some(MAX_EPOCH)));
 }
 
 /// Offers one batch of table `a` and runs it through the executor, with

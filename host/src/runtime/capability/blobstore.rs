@@ -420,6 +420,25 @@ mod tests {
     }
 
     #[test]
+    fn listing_leaves_out_links_out_of_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_rt, s) = scope(dir.path());
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"top secret").unwrap();
+        let root = dir.path().join("root");
+        std::os::unix::fs::symlink(&outside, root.join("out")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), root.join("file-link")).unwrap();
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+        s.put("real/ok", b"y".to_vec()).unwrap();
+        // Listing shows what a get may read: links out of the root are left out.
+        let mut listed: Vec<_> = s.list("").unwrap().into_iter().map(|m| m.path).collect();
+        listed.sort();
+        assert_eq!(listed, ["alias/ok", "real/ok"]);
+    }
+
+    #[test]
     fn memory_root_works() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()

@@ -257,9 +257,16 @@ mod tests {
 
     #[test]
     fn a_table_without_a_key_goes_by_ctid() {
-        let log = table_of("public.log", vec![column("body", PgKind::Text, "text")], vec![]);
+        let log = table_of(
+            "public.log",
+            vec![column("body", PgKind::Text, "text")],
+            vec![],
+        );
         let sql = chunk_sql(&log, Some(&["(0,3)".to_string()]), 5);
-        assert!(sql.contains("WHERE (w.ctid) > ('(0,3)'::tid) ORDER BY w.ctid"), "{sql}");
+        assert!(
+            sql.contains("WHERE (w.ctid) > ('(0,3)'::tid) ORDER BY w.ctid"),
+            "{sql}"
+        );
     }
 
     #[test]
@@ -279,6 +286,9 @@ mod tests {
         );
         assert_eq!(last, Some(vec!["2".to_string()]));
         let err = chunk_changes(&table, b"x\ta\tx\n", 5).unwrap_err();
-        assert!(err.to_string().contains("table public.docs column id"), "{err}");
+        assert!(
+            err.to_string().contains("table public.docs column id"),
+            "{err}"
+        );
     }
 }

@@ -110,4 +110,6 @@ pub struct PostgresSettings {
     /// The pipeline's state directory, where the source keeps the shapes of
     /// the tables it streamed (to catch DDL done while weir was stopped).
     pub state_dir: PathBuf,
+    /// The process's I/O runtime, which the source's async clients run on.
+    pub io: tokio::runtime::Handle,
 }

@@ -42,6 +42,7 @@ pub(super) struct Pending {
 }
 
 /// How one relation's columns map onto its table's.
+#[derive(Debug)]
 struct Mapping {
     table: usize,
     /// For each relation column: the table column it fills.
@@ -51,6 +52,7 @@ struct Mapping {
 /// A Relation message that adds columns at the end of its table: it takes
 /// effect once the shell has read the added columns' types and added them
 /// to the table ([`Decoder::install`]).
+#[derive(Debug)]
 pub(super) struct PendingRelation {
     oid: u32,
     name: String,
@@ -193,7 +195,11 @@ impl Decoder {
 
     /// Maps a Relation message's columns onto the table's, carrying added
     /// trailing columns and refusing any other change of shape.
-    fn map_relation(&self, rel: &Relation, tables: &Tables) -> Result<PendingRelation, SourceError> {
+    fn map_relation(
+        &self,
+        rel: &Relation,
+        tables: &Tables,
+    ) -> Result<PendingRelation, SourceError> {
         let name = rel.qualified();
         let Some(index) = tables.index_of(&name) else {
             return Err(SourceError::Invalid(format!(

@@ -163,7 +163,8 @@ fn transaction(tables: &Tables, lsn: u64, messages: &[Vec<u8>]) -> Transaction {
         assert!(decoder.decode(message, tables).unwrap().is_none());
     }
     let open = decoder.commit().expect("open transaction");
-    open.seal(tables, &mut Emitted::default()).expect("something new")
+    open.seal(tables, &mut Emitted::default())
+        .expect("something new")
 }
 
 fn text(s: &str) -> Value {
@@ -184,7 +185,10 @@ fn begin_insert_commit_gives_one_transaction_at_the_commit_lsn() {
         .decode(&insert(DOCS_OID, &[Some("1"), Some("a"), None]), &tables)
         .unwrap();
     decoder
-        .decode(&insert(DOCS_OID, &[Some("2"), Some("b"), Some("x")]), &tables)
+        .decode(
+            &insert(DOCS_OID, &[Some("2"), Some("b"), Some("x")]),
+            &tables,
+        )
         .unwrap();
     let open = decoder.commit().unwrap();
     assert!(!decoder.in_transaction());
@@ -278,11 +282,18 @@ fn an_update_that_changes_the_key_deletes_the_old_key_first() {
     let tx = transaction(
         &tables,
         9,
-        &[update(DOCS_OID, Some((b'K', old)), &[Some("2"), Some("t"), Some("b")])],
+        &[update(
+            DOCS_OID,
+            Some((b'K', old)),
+            &[Some("2"), Some("t"), Some("b")],
+        )],
     );
     assert_eq!(tx.changes.len(), 2);
     assert_eq!(tx.changes[0].op, Op::Delete);
-    assert_eq!(tx.changes[0].values, vec![Value::Int64(1), Value::Null, Value::Null]);
+    assert_eq!(
+        tx.changes[0].values,
+        vec![Value::Int64(1), Value::Null, Value::Null]
+    );
     assert_eq!(tx.changes[1].op, Op::Update);
     assert_eq!(tx.changes[1].values[0], Value::Int64(2));
     assert_eq!(tx.changes[1].pos, Position::stream(9, 1));
@@ -358,9 +369,17 @@ fn an_added_trailing_column_waits_for_its_type_then_widens_the_rows() {
     let widened = relation(
         DOCS_OID,
         "public.docs",
-        &[("id", 20, -1), ("title", 25, -1), ("body", 25, -1), ("n", 23, -1)],
+        &[
+            ("id", 20, -1),
+            ("title", 25, -1),
+            ("body", 25, -1),
+            ("n", 23, -1),
+        ],
     );
-    let pending = decoder.decode(&widened, &tables).unwrap().expect("new column");
+    let pending = decoder
+        .decode(&widened, &tables)
+        .unwrap()
+        .expect("new column");
     assert_eq!(pending.table(), 0);
     assert_eq!(pending.added.len(), 1);
     let column = added_column(&pending.added[0], PgKind::Int32, "integer".into());
@@ -370,7 +389,10 @@ fn an_added_trailing_column_waits_for_its_type_then_widens_the_rows() {
     assert!(tables[0].schema.columns[3].nullable);
     decoder.begin(5, 0);
     decoder
-        .decode(&insert(DOCS_OID, &[Some("1"), None, None, Some("42")]), &tables)
+        .decode(
+            &insert(DOCS_OID, &[Some("1"), None, None, Some("42")]),
+            &tables,
+        )
         .unwrap();
     let tx = decoder
         .commit()
@@ -416,14 +438,31 @@ fn other_changes_of_shape_are_refused() {
         err.to_string()
     };
     let dropped = refused(&[("id", 20, -1), ("body", 25, -1)], DOCS_OID);
-    assert!(dropped.contains("dropped, renamed or reordered"), "{dropped}");
-    let retyped = refused(&[("id", 23, -1), ("title", 25, -1), ("body", 25, -1)], DOCS_OID);
-    assert!(retyped.contains("the type of column `id` changed"), "{retyped}");
-    let inserted = refused(
-        &[("id", 20, -1), ("x", 25, -1), ("title", 25, -1), ("body", 25, -1)],
+    assert!(
+        dropped.contains("dropped, renamed or reordered"),
+        "{dropped}"
+    );
+    let retyped = refused(
+        &[("id", 23, -1), ("title", 25, -1), ("body", 25, -1)],
         DOCS_OID,
     );
-    assert!(inserted.contains("column `x` is new but not at the end"), "{inserted}");
+    assert!(
+        retyped.contains("the type of column `id` changed"),
+        "{retyped}"
+    );
+    let inserted = refused(
+        &[
+            ("id", 20, -1),
+            ("x", 25, -1),
+            ("title", 25, -1),
+            ("body", 25, -1),
+        ],
+        DOCS_OID,
+    );
+    assert!(
+        inserted.contains("column `x` is new but not at the end"),
+        "{inserted}"
+    );
     let recreated = refused(&[("id", 20, -1), ("title", 25, -1), ("body", 25, -1)], 99);
     assert!(recreated.contains("dropped and re-created"), "{recreated}");
     let mut decoder = Decoder::new("weir_cdc");
@@ -462,7 +501,10 @@ fn changes_out_of_order_are_invalid() {
     decoder.begin(1, 0);
     let wide = insert(DOCS_OID, &[Some("1"), None, None, None]);
     let too_wide = decoder.decode(&wide, &tables).unwrap_err().to_string();
-    assert!(too_wide.contains("more columns than its description"), "{too_wide}");
+    assert!(
+        too_wide.contains("more columns than its description"),
+        "{too_wide}"
+    );
 }
 
 #[test]
@@ -520,11 +562,19 @@ fn sealing_skips_what_was_emitted_and_stands_after_an_empty_transaction() {
     let tx = two_rows(&mut decoder).seal(&tables, &mut emitted).unwrap();
     assert_eq!(tx.changes.len(), 1);
     assert_eq!(tx.changes[0].pos, Position::stream(20, 1));
-    // Received again whole: nothing new.
+    // Received again whole: nothing new, so it stands after the transaction...
+    let tx = two_rows(&mut decoder).seal(&tables, &mut emitted).unwrap();
+    assert!(tx.changes.is_empty());
+    assert_eq!(tx.end, Position::stream(20, u32::MAX));
+    // ...and a third time it is skipped altogether.
     assert!(two_rows(&mut decoder).seal(&tables, &mut emitted).is_none());
     // A transaction without our changes stands after itself.
     decoder.begin(30, 0);
-    let tx = decoder.commit().unwrap().seal(&tables, &mut emitted).unwrap();
+    let tx = decoder
+        .commit()
+        .unwrap()
+        .seal(&tables, &mut emitted)
+        .unwrap();
     assert!(tx.changes.is_empty());
     assert_eq!(tx.end, Position::stream(30, u32::MAX));
 }

@@ -80,8 +80,9 @@ impl PostgresSource {
             config,
             append_tables,
             state_dir,
+            io,
         } = settings;
-        let mut session = Session::new(&config.dsn, config.reconnect_timeout())?;
+        let mut session = Session::new(&config.dsn, config.reconnect_timeout(), io)?;
         let tables = setup::load_tables(&mut session, &config, &append_tables)?;
         let schema_file = SchemaFile::new(&state_dir, &config.slot);
         schema_file.check(&tables)?;
@@ -125,6 +126,13 @@ impl Source for PostgresSource {
 
     fn head(&self) -> Option<Position> {
         None
+    }
+
+    /// Every change the server has logged lies at or before its current WAL
+    /// insert position, so no commit can sit past it.
+    fn ceiling(&mut self) -> Result<Option<Position>, SourceError> {
+        let lsn = setup::current_wal_lsn(&mut self.cx.session)?;
+        Ok(lsn.map(|lsn| Position::stream(lsn, u32::MAX)))
     }
 
     fn acknowledge(&mut self, pos: &Position) -> Result<(), SourceError> {

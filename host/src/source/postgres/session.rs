@@ -1,5 +1,5 @@
-//! The source's ordinary (non-replication) connection, and the runtime its
-//! async clients run on: catalog reads, backfill `COPY`, TOAST look-ups,
+//! The source's ordinary (non-replication) connection, and the handle of
+//! the runtime its async clients run on (the process's one I/O runtime): catalog reads, backfill `COPY`, TOAST look-ups,
 //! heartbeats. A lost connection is reopened and the call retried until
 //! the reconnect timeout.
 
@@ -23,9 +23,9 @@ const RETRY_DELAY: Duration = Duration::from_millis(500);
 pub(super) type QueryFuture<'c, T> =
     Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + 'c>>;
 
-/// The runtime and the query connection (opened on first use).
+/// The runtime handle and the query connection (opened on first use).
 pub(super) struct Session {
-    rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Handle,
     dsn: tokio_postgres::Config,
     client: Option<Client>,
     reconnect_timeout: Duration,
@@ -33,13 +33,11 @@ pub(super) struct Session {
 
 impl Session {
     /// Parses the connection string; connects nothing yet.
-    pub fn new(dsn: &str, reconnect_timeout: Duration) -> Result<Session, SourceError> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("weir-postgres")
-            .enable_all()
-            .build()
-            .map_err(SourceError::Io)?;
+    pub fn new(
+        dsn: &str,
+        reconnect_timeout: Duration,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Session, SourceError> {
         let mut dsn = tokio_postgres::Config::from_str(dsn)
             .map_err(|e| SourceError::Config(format!("dsn: {e}")))?;
         dsn.options(session_options());

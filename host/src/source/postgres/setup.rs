@@ -344,7 +344,7 @@ fn check_slot(
     Ok(())
 }
 
-fn current_wal_lsn(session: &mut Session) -> Result<Option<u64>, SourceError> {
+pub(super) fn current_wal_lsn(session: &mut Session) -> Result<Option<u64>, SourceError> {
     let rows = session.rows(
         "reading the current WAL position",
         "SELECT pg_current_wal_insert_lsn()::text",
@@ -397,12 +397,11 @@ fn backfill_resume_point(
             ),
         });
     };
-    let key = decode_key_texts(&tables[t].key_orders(), key).ok_or_else(|| {
-        SourceError::Resume {
+    let key =
+        decode_key_texts(&tables[t].key_orders(), key).ok_or_else(|| SourceError::Resume {
             position: p.clone(),
             reason: format!("not a backfill position of table {table}'s key"),
-        }
-    })?;
+        })?;
     tracing::info!(%table, "resuming the backfill after the last committed row");
     Ok((t, key))
 }

@@ -84,7 +84,9 @@ impl Stream {
                 self.client = Some(client);
                 self.last_event = Instant::now();
             }
-            Err(e) => tracing::warn!("cannot stream on the slot's first session ({e}); reconnecting"),
+            Err(e) => {
+                tracing::warn!("cannot stream on the slot's first session ({e}); reconnecting")
+            }
         }
     }
 
@@ -323,7 +325,11 @@ impl Stream {
 
     /// Reads the types of the columns a relation adds, adds them to the
     /// table, and keeps the new shape for the next run's check.
-    fn add_columns(&mut self, cx: &mut Context, pending: PendingRelation) -> Result<(), SourceError> {
+    fn add_columns(
+        &mut self,
+        cx: &mut Context,
+        pending: PendingRelation,
+    ) -> Result<(), SourceError> {
         let mut added = Vec::with_capacity(pending.added.len());
         for rc in &pending.added {
             let (oid, typmod) = (rc.type_oid, rc.typmod);
@@ -414,13 +420,15 @@ mod tests {
         );
         assert_eq!(sqlstate(&held), Some(SqlState::OBJECT_IN_USE));
         assert!(ConnectError::Replication(held).may_clear());
-        let gone = PgWireError::Server(
-            "replication slot \"weir\" does not exist (SQLSTATE 42704)".into(),
-        );
+        let gone =
+            PgWireError::Server("replication slot \"weir\" does not exist (SQLSTATE 42704)".into());
         assert_eq!(sqlstate(&gone), Some(SqlState::UNDEFINED_OBJECT));
         assert!(!ConnectError::Replication(gone).may_clear());
         assert_eq!(sqlstate(&PgWireError::Server("no code".into())), None);
-        assert_eq!(sqlstate(&PgWireError::Protocol("x (SQLSTATE 55006)".into())), None);
+        assert_eq!(
+            sqlstate(&PgWireError::Protocol("x (SQLSTATE 55006)".into())),
+            None
+        );
     }
 
     #[test]

@@ -137,9 +137,9 @@ fn fill_from(
 mod tests {
     use super::*;
     use crate::change::Op;
+    use crate::source::postgres::decode::PgKind;
     use crate::source::postgres::decoder::Pending;
     use crate::source::postgres::decoder::tests::{column, table_of};
-    use crate::source::postgres::decode::PgKind;
 
     fn update(key: &str, unchanged: Vec<usize>) -> Pending {
         Pending {
@@ -155,13 +155,20 @@ mod tests {
     fn looks_up_left_out_columns_by_key_and_fills_them() {
         let table = table_of(
             "public.docs",
-            vec![column("id", PgKind::Int64, "bigint"), column("body", PgKind::Text, "text")],
+            vec![
+                column("id", PgKind::Int64, "bigint"),
+                column("body", PgKind::Text, "text"),
+            ],
             vec![0],
         );
         let mut open = OpenTx {
             commit_lsn: 1,
             commit_ts: 0,
-            changes: vec![update("1", vec![1]), update("2", vec![]), update("3", vec![1])],
+            changes: vec![
+                update("1", vec![1]),
+                update("2", vec![]),
+                update("3", vec![1]),
+            ],
         };
         let wanted = changes_to_fill(&open);
         assert_eq!(wanted, BTreeMap::from([(0, vec![0, 2])]));
@@ -176,7 +183,11 @@ mod tests {
         );
         // Row 3 is gone by now: it keeps its null until its delete arrives.
         let found = by_key(
-            vec![vec![Some("1".into()), Some("1".into()), Some("long".into())]],
+            vec![vec![
+                Some("1".into()),
+                Some("1".into()),
+                Some("long".into()),
+            ]],
             1,
         );
         fill_from(&table, &mut open, &wanted[&0], &found).unwrap();
