@@ -9,16 +9,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use arrow_array::{
-    Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float64Array,
-    Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, new_null_array,
-};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_array::{Array, BinaryArray, BooleanArray, RecordBatch};
+use arrow_schema::SchemaRef;
 use sha2::{Digest, Sha256};
 
 use crate::change::{Change, TableSchema, Transaction, Value};
 use crate::position::Position;
 
+mod arrow;
+
+use arrow::{arrow_schema, fits, record_batch};
 pub use weir_contract::{CONTROL_COLUMNS, ContextField, MetadataColumn, OP_COLUMN, POS_COLUMN};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -439,170 +439,6 @@ fn column_list(table: &TableSchema) -> String {
         .map(|c| format!("{} {}", c.name, c.data_type))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Table columns (all nullable: delete rows carry nulls), then the
-/// operator's metadata columns, then the control columns.
-fn arrow_schema(table: &TableSchema, metadata: &[MetadataColumn]) -> SchemaRef {
-    let columns = table
-        .columns
-        .iter()
-        .map(|c| Field::new(&c.name, c.data_type.clone(), true));
-    let metadata = metadata
-        .iter()
-        .map(|m| Field::new(&m.name, m.field.data_type(), false));
-    let control = [
-        Field::new(OP_COLUMN, DataType::Utf8, false),
-        Field::new(POS_COLUMN, DataType::Binary, false),
-    ];
-    Arc::new(Schema::new(
-        columns.chain(metadata).chain(control).collect::<Vec<_>>(),
-    ))
-}
-
-fn record_batch(
-    table: &TableSchema,
-    schema: &SchemaRef,
-    metadata: &[MetadataColumn],
-    changes: &[Change],
-    ingest_micros: i64,
-) -> RecordBatch {
-    let columns = (0..table.columns.len())
-        .map(|i| {
-            column_array(
-                &table.columns[i].data_type,
-                changes.iter().map(|c| &c.values[i]),
-                changes.len(),
-            )
-        })
-        .chain(
-            metadata
-                .iter()
-                .map(|m| context_array(m.field, changes, ingest_micros)),
-        )
-        .chain(
-            [ContextField::Op, ContextField::Pos].map(|f| context_array(f, changes, ingest_micros)),
-        )
-        .collect();
-    RecordBatch::try_new(schema.clone(), columns).expect("columns are built to the schema's types")
-}
-
-/// One column from values already checked by [`fits`]: anything that is not
-/// the column's own variant is null.
-fn column_array<'a>(
-    data_type: &DataType,
-    values: impl Iterator<Item = &'a Value>,
-    len: usize,
-) -> ArrayRef {
-    macro_rules! collect {
-        ($array:ty, $variant:ident) => {
-            collect!($array, $variant, x => *x)
-        };
-        ($array:ty, $variant:ident, $x:ident => $map:expr) => {
-            values
-                .map(|v| match v {
-                    Value::$variant($x) => Some($map),
-                    _ => None,
-                })
-                .collect::<$array>()
-        };
-    }
-    match data_type {
-        DataType::Boolean => Arc::new(collect!(BooleanArray, Bool)),
-        DataType::Int32 => Arc::new(collect!(Int32Array, Int32)),
-        DataType::Int64 => Arc::new(collect!(Int64Array, Int64)),
-        DataType::Float64 => Arc::new(collect!(Float64Array, Float64)),
-        DataType::Date32 => Arc::new(collect!(Date32Array, Date32)),
-        DataType::Decimal128(precision, scale) => Arc::new(
-            collect!(Decimal128Array, Decimal128)
-                .with_precision_and_scale(*precision, *scale)
-                .expect("a Decimal128 type from a table schema is valid"),
-        ),
-        DataType::Timestamp(TimeUnit::Microsecond, zone) => Arc::new(
-            collect!(TimestampMicrosecondArray, TimestampMicros).with_timezone_opt(zone.clone()),
-        ),
-        DataType::Utf8 => Arc::new(collect!(StringArray, Utf8, s => s.as_str())),
-        DataType::Binary => Arc::new(collect!(BinaryArray, Binary, b => b.as_slice())),
-        DataType::List(item) => {
-            let mut lengths = Vec::with_capacity(len);
-            let mut nulls = Vec::with_capacity(len);
-            let mut items: Vec<&Value> = Vec::new();
-            for value in values {
-                match value {
-                    Value::List(list) => {
-                        lengths.push(list.len());
-                        nulls.push(true);
-                        items.extend(list.iter());
-                    }
-                    _ => {
-                        lengths.push(0);
-                        nulls.push(false);
-                    }
-                }
-            }
-            let count = items.len();
-            let child = column_array(item.data_type(), items.into_iter(), count);
-            Arc::new(arrow_array::ListArray::new(
-                item.clone(),
-                arrow_buffer::OffsetBuffer::from_lengths(lengths),
-                child,
-                Some(arrow_buffer::NullBuffer::from(nulls)),
-            ))
-        }
-        // Only nulls pass `fits` for any other type.
-        other => new_null_array(other, len),
-    }
-}
-
-fn context_array(field: ContextField, changes: &[Change], ingest_micros: i64) -> ArrayRef {
-    let each = changes.iter();
-    match field {
-        ContextField::Op => Arc::new(StringArray::from_iter_values(each.map(|c| c.op.as_str()))),
-        ContextField::Pos => Arc::new(BinaryArray::from_iter_values(
-            each.map(|c| c.pos.as_bytes()),
-        )),
-        ContextField::CommitTs => Arc::new(
-            TimestampMicrosecondArray::from_iter_values(each.map(|c| c.commit_ts_micros))
-                .with_timezone(crate::change::UTC_ZONE),
-        ),
-        ContextField::IngestTs => Arc::new(
-            TimestampMicrosecondArray::from_iter_values(each.map(|_| ingest_micros))
-                .with_timezone(crate::change::UTC_ZONE),
-        ),
-        ContextField::Snapshot => {
-            Arc::new(each.map(|c| Some(c.snapshot)).collect::<BooleanArray>())
-        }
-        ContextField::Phase => Arc::new(StringArray::from_iter_values(
-            each.map(|c| if c.snapshot { "snapshot" } else { "stream" }),
-        )),
-    }
-}
-
-/// Whether `value` can be stored in a column of `data_type`.
-fn fits(value: &Value, data_type: &DataType) -> Result<(), String> {
-    match (value, data_type) {
-        (Value::Null, _)
-        | (Value::Bool(_), DataType::Boolean)
-        | (Value::Int32(_), DataType::Int32)
-        | (Value::Int64(_), DataType::Int64)
-        | (Value::Float64(_), DataType::Float64)
-        | (Value::Utf8(_), DataType::Utf8)
-        | (Value::Binary(_), DataType::Binary)
-        | (Value::Date32(_), DataType::Date32)
-        | (Value::TimestampMicros(_), DataType::Timestamp(TimeUnit::Microsecond, _)) => Ok(()),
-        (Value::Decimal128(unscaled), DataType::Decimal128(precision, _)) => {
-            match 10u128.checked_pow((*precision).into()) {
-                Some(limit) if unscaled.unsigned_abs() >= limit => Err(format!(
-                    "decimal {unscaled} (unscaled) has more than {precision} digits"
-                )),
-                _ => Ok(()),
-            }
-        }
-        (Value::List(items), DataType::List(item)) => items
-            .iter()
-            .try_for_each(|v| fits(v, item.data_type()).map_err(|why| format!("list item: {why}"))),
-        (value, data_type) => Err(format!("value {value:?} does not fit type {data_type}")),
-    }
 }
 
 /// A rough size: values, the position, and a little for op and timestamps.

@@ -4,10 +4,10 @@ use arrow_array::types::{
 };
 
 use super::*;
-use weir_contract::utc_micros;
 use crate::change::{Column, Op};
 use crate::source::Source;
 use crate::source::generator::{self, ExpectedState, Generator, GeneratorConfig};
+use weir_contract::utc_micros;
 
 fn table(name: &str, columns: &[(&str, DataType)], key: &[usize]) -> Arc<TableSchema> {
     Arc::new(TableSchema {
