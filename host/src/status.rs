@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::commit::{CommitPolicy, Core, SinkClaim, SinkSpec};
+use crate::commit::{Action, CommitPolicy, Core, SinkClaim, SinkSpec};
 use crate::config::PipelineConfig;
 use crate::pipeline::{RunError, RunOptions, setup};
 use crate::position::Position;
@@ -73,10 +73,12 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
             None => Some("could not load the sinks; run `weir run` to see why".into()),
         };
         let positioned = worker.is_some_and(|w| w.info.positioned());
-        // A core of one sink, recovered the way a run would recover it.
+        // A core of one sink, recovered the way a run would recover it;
+        // optional here, so that a claim the core refuses becomes this
+        // sink's error instead of ending the whole status.
         let spec = SinkSpec {
             name: sink.name.clone(),
-            required: sink.required,
+            required: false,
             positioned,
         };
         let names = tables.iter().map(|t| t.name.clone()).collect();
@@ -89,7 +91,11 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
                 _ => None,
             };
             let claimed = from_sink.as_ref().map(|c| c.position.clone());
-            core.recover(0, &table.name, from_sink, from_store.clone())?;
+            for action in core.recover(0, &table.name, from_sink, from_store.clone())? {
+                if let Action::Disable { reason, .. } = action {
+                    error = Some(reason);
+                }
+            }
             let committed = core.committed(0, &table.name);
             let position = committed.map(|(p, _)| p.clone());
             rows.push(TableStatus {

@@ -145,9 +145,12 @@ pub fn recover<E: Effects>(
 ) -> Result<Resume, ExecError<E::Error>> {
     let mut repairs = Vec::new();
     for sink in 0..core.sink_count() {
-        let asked = core.sink_spec(sink).positioned && !not_started.iter().any(|(s, _)| *s == sink);
+        let started = !not_started.iter().any(|(s, _)| *s == sink);
         for table in tables {
             let from_store = effects.stored(sink, table).map_err(ExecError::Effect)?;
+            // A sink disabled for a refused claim is not asked again.
+            let asked =
+                started && core.sink_spec(sink).positioned && core.is_disabled(sink).is_none();
             let from_sink = if asked {
                 effects
                     .sink_committed(sink, table)
@@ -156,17 +159,20 @@ pub fn recover<E: Effects>(
                 None
             };
             for action in core.recover(sink, table, from_sink, from_store)? {
-                if let Action::Record {
-                    sink,
-                    table,
-                    position,
-                } = action
-                {
-                    repairs.push(Record {
+                match action {
+                    Action::Record {
                         sink,
                         table,
                         position,
-                    });
+                    } => repairs.push(Record {
+                        sink,
+                        table,
+                        position,
+                    }),
+                    Action::Disable { sink, reason } => effects
+                        .disable(sink, table, &reason)
+                        .map_err(ExecError::Effect)?,
+                    other => unreachable!("recovery asked for {other:?}"),
                 }
             }
         }

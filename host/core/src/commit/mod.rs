@@ -148,25 +148,24 @@ impl Core {
             return Ok(Vec::new());
         }
         if let Some(claim) = &from_sink
-            && let Some(head) = &self.source_head
-            && claim.position > *head
+            && let Some(why) = impossible(claim, self.source_head.as_ref())
         {
-            return Err(ClaimRefused {
+            let refused = ClaimRefused {
                 sink: slot.spec.name.clone(),
                 table: table.to_string(),
-                claim: format!("position {}", claim.position),
-                why: format!("the source has produced nothing past {head}"),
-            });
-        }
-        if let Some(claim) = &from_sink
-            && claim.epoch >= MAX_EPOCH
-        {
-            return Err(ClaimRefused {
-                sink: slot.spec.name.clone(),
-                table: table.to_string(),
-                claim: format!("epoch {}", claim.epoch),
-                why: format!("no host hands out epochs of {MAX_EPOCH} or more"),
-            });
+                claim: why.0,
+                why: why.1,
+            };
+            if slot.spec.required {
+                return Err(refused);
+            }
+            // An optional liar loses its place in this run, not the run: it
+            // is disabled, and keeps what the store says so that a later
+            // run replays for it rather than believe it.
+            let reason = refused.to_string();
+            slot.disabled = Some(reason.clone());
+            set_committed(&mut slot.committed, table, from_store, Origin::Store);
+            return Ok(vec![Action::Disable { sink, reason }]);
         }
         if let Some(claim) = &from_sink
             && self
@@ -400,6 +399,26 @@ impl Core {
             }
         }
     }
+}
+
+/// Why a sink's claim cannot be true, as (what it claims, why not), or
+/// None when it can be.
+fn impossible(claim: &SinkClaim, source_head: Option<&Position>) -> Option<(String, String)> {
+    if let Some(head) = source_head
+        && claim.position > *head
+    {
+        return Some((
+            format!("position {}", claim.position),
+            format!("the source has produced nothing past {head}"),
+        ));
+    }
+    if claim.epoch >= MAX_EPOCH {
+        return Some((
+            format!("epoch {}", claim.epoch),
+            format!("no host hands out epochs of {MAX_EPOCH} or more"),
+        ));
+    }
+    None
 }
 
 impl SinkSlot {

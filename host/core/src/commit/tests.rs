@@ -552,6 +552,31 @@ fn a_position_claim_beyond_the_source_head_is_refused_naming_the_sink() {
 }
 
 #[test]
+fn an_optional_sink_with_an_impossible_claim_is_disabled_and_the_run_goes_on() {
+    let mut sinks = specs();
+    sinks[POSITIONED].required = false;
+    let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], sinks);
+    let lie = SinkClaim {
+        position: Position::stream(1, 0),
+        epoch: u64::MAX - 1,
+    };
+    let store_says = Position::stream(1, 0);
+    let actions = core
+        .recover(POSITIONED, "a", Some(lie), Some(store_says.clone()))
+        .unwrap();
+    assert!(
+        matches!(&actions[..], [Action::Disable { sink: POSITIONED, reason }] if reason.contains("exact")),
+        "{actions:?}"
+    );
+    assert!(core.is_disabled(POSITIONED).is_some());
+    assert_eq!(core.epoch_floor(), Ok(None), "the lie raised no epoch");
+    assert_eq!(
+        core.committed(POSITIONED, "a"),
+        Some((&store_says, Origin::Store))
+    );
+}
+
+#[test]
 fn an_impossible_epoch_claim_is_refused_naming_the_sink() {
     for lie in [u64::MAX, u64::MAX - 1, MAX_EPOCH] {
         let mut core = Core::new("p", 4, CommitPolicy::Required, vec!["a".into()], specs());
