@@ -9,42 +9,9 @@
 //! error, which ends the run exactly as SIGKILL would.
 
 use super::{
-    Action, ClaimRefused, CommitRequest, Core, Event, Failure, Resume, SinkClaim, SinkId, Stop,
+    Action, ClaimRefused, Core, Event, Failure, Record, Resume, SinkCall, SinkClaim, SinkId, Stop,
 };
 use crate::position::Position;
-
-/// A call into one sink. The calls of one wave go to different sinks and
-/// may run in parallel.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SinkCall {
-    /// Stage the offered batch, keeping only changes after `after`.
-    Stage {
-        sink: SinkId,
-        table: String,
-        after: Option<Position>,
-    },
-    /// Make what is staged for the table durable.
-    Commit {
-        sink: SinkId,
-        request: CommitRequest,
-    },
-}
-
-impl SinkCall {
-    pub fn sink(&self) -> SinkId {
-        match self {
-            SinkCall::Stage { sink, .. } | SinkCall::Commit { sink, .. } => *sink,
-        }
-    }
-}
-
-/// One position to write (or with `None` clear) in the out-of-sink store.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
-    pub sink: SinkId,
-    pub table: String,
-    pub position: Option<Position>,
-}
 
 /// The named moments between the steps of a commit where a crash matters
 /// most; crash tests aim at them.
@@ -160,15 +127,7 @@ pub fn recover<E: Effects>(
             };
             for action in core.recover(sink, table, from_sink, from_store)? {
                 match action {
-                    Action::Record {
-                        sink,
-                        table,
-                        position,
-                    } => repairs.push(Record {
-                        sink,
-                        table,
-                        position,
-                    }),
+                    Action::Record(record) => repairs.push(record),
                     Action::Disable { sink, reason } => effects
                         .disable(sink, table, &reason)
                         .map_err(ExecError::Effect)?,
@@ -219,24 +178,15 @@ fn execute<E: Effects>(
         let mut records = Vec::new();
         for action in std::mem::take(&mut pending) {
             match action {
-                Action::Stage { sink, table, after } => {
-                    calls.push(SinkCall::Stage { sink, table, after })
+                Action::Call(call) => {
+                    if matches!(call, SinkCall::Commit { .. }) {
+                        effects
+                            .reached(CrashPoint::BeforeSinkCommit)
+                            .map_err(ExecError::Effect)?;
+                    }
+                    calls.push(call);
                 }
-                Action::Commit { sink, request } => {
-                    effects
-                        .reached(CrashPoint::BeforeSinkCommit)
-                        .map_err(ExecError::Effect)?;
-                    calls.push(SinkCall::Commit { sink, request });
-                }
-                Action::Record {
-                    sink,
-                    table,
-                    position,
-                } => records.push(Record {
-                    sink,
-                    table,
-                    position,
-                }),
+                Action::Record(record) => records.push(record),
                 Action::Checkpoint { position } => {
                     effects.checkpoint(&position).map_err(ExecError::Effect)?
                 }

@@ -112,6 +112,21 @@ pub struct CommitRequest {
 /// What the shell must do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Call a sink: stage the offered batch or commit it.
+    Call(SinkCall),
+    /// Write (or clear) a sink's position in the out-of-sink store, durably.
+    Record(Record),
+    /// Every sink the policy requires has committed up to here: the source
+    /// may release it (Postgres: `confirmed_flush_lsn`).
+    Checkpoint { position: Position },
+    /// An optional sink failed; it takes no more batches in this run.
+    Disable { sink: SinkId, reason: String },
+}
+
+/// A call into one sink. The calls of one wave go to different sinks and
+/// may run in parallel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkCall {
     /// Send the offered batch to the sink, keeping only changes whose
     /// position is after `after` (those at or before it are committed there
     /// already and must not be applied twice).
@@ -120,23 +135,27 @@ pub enum Action {
         table: String,
         after: Option<Position>,
     },
-    /// Ask the sink to make what it staged for the table durable.
+    /// Make what is staged for the table durable.
     Commit {
         sink: SinkId,
         request: CommitRequest,
     },
-    /// Write (or with `None` clear) the sink's position for a table in the
-    /// out-of-sink store, durably.
-    Record {
-        sink: SinkId,
-        table: String,
-        position: Option<Position>,
-    },
-    /// Every sink the policy requires has committed up to here: the source
-    /// may release it (Postgres: `confirmed_flush_lsn`).
-    Checkpoint { position: Position },
-    /// An optional sink failed; it takes no more batches in this run.
-    Disable { sink: SinkId, reason: String },
+}
+
+impl SinkCall {
+    pub fn sink(&self) -> SinkId {
+        match self {
+            SinkCall::Stage { sink, .. } | SinkCall::Commit { sink, .. } => *sink,
+        }
+    }
+}
+
+/// One position to write (or with `None` clear) in the out-of-sink store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub sink: SinkId,
+    pub table: String,
+    pub position: Option<Position>,
 }
 
 /// What the shell learned from carrying out an action.

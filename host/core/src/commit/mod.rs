@@ -30,12 +30,10 @@ use crate::position::Position;
 
 pub use messages::{
     Action, ClaimRefused, CommitPolicy, CommitRequest, Event, Failure, FailureKind, MAX_EPOCH,
-    Origin, Resume, SinkClaim, SinkId, SinkSpec, Stop,
+    Origin, Record, Resume, SinkCall, SinkClaim, SinkId, SinkSpec, Stop,
 };
 
-pub use executor::{
-    CrashPoint, Effects, ExecError, Record, SinkCall, commit_batch, recover as recover_all,
-};
+pub use executor::{CrashPoint, Effects, ExecError, commit_batch, recover as recover_all};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -176,10 +174,12 @@ impl Core {
             self.newest_claimed_epoch = Some((claim.epoch, sink, table.to_string()));
         }
         let position = from_sink.map(|c| c.position);
-        let repair = (position != from_store).then(|| Action::Record {
-            sink,
-            table: table.to_string(),
-            position: position.clone(),
+        let repair = (position != from_store).then(|| {
+            Action::Record(Record {
+                sink,
+                table: table.to_string(),
+                position: position.clone(),
+            })
         });
         set_committed(&mut slot.committed, table, position, Origin::Sink);
         Ok(repair.into_iter().collect())
@@ -267,11 +267,11 @@ impl Core {
                 continue;
             }
             steps.insert(sink, Step::Staging);
-            actions.push(Action::Stage {
+            actions.push(Action::Call(SinkCall::Stage {
                 sink,
                 table: table.to_string(),
                 after,
-            });
+            }));
         }
         self.in_flight = Some(InFlight {
             table: table.to_string(),
@@ -298,7 +298,7 @@ impl Core {
         match event {
             Event::Staged { sink } => {
                 advance(&mut flight.steps, sink, Step::Staging, Step::Committing);
-                actions.push(Action::Commit {
+                actions.push(Action::Call(SinkCall::Commit {
                     sink,
                     request: CommitRequest {
                         table: flight.table.clone(),
@@ -306,7 +306,7 @@ impl Core {
                         pipeline: self.pipeline.clone(),
                         epoch: self.epoch,
                     },
-                });
+                }));
             }
             Event::Committed { sink } => {
                 advance(&mut flight.steps, sink, Step::Committing, Step::Recording);
@@ -315,11 +315,11 @@ impl Core {
                 self.sinks[sink]
                     .committed
                     .insert(flight.table.clone(), (flight.high.clone(), Origin::ThisRun));
-                actions.push(Action::Record {
+                actions.push(Action::Record(Record {
                     sink,
                     table: flight.table.clone(),
                     position: Some(flight.high.clone()),
-                });
+                }));
             }
             Event::Recorded { sink } => {
                 advance(&mut flight.steps, sink, Step::Recording, Step::Done);

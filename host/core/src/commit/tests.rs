@@ -467,11 +467,11 @@ fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
         .unwrap();
     assert_eq!(
         repairs,
-        vec![Action::Record {
+        vec![Action::Record(Record {
             sink: POSITIONED,
             table: "a".into(),
             position: Some(sink_says.clone()),
-        }]
+        })]
     );
     assert_eq!(
         core.committed(POSITIONED, "a"),
@@ -491,11 +491,11 @@ fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
         .unwrap();
     assert_eq!(
         repairs,
-        vec![Action::Record {
+        vec![Action::Record(Record {
             sink: POSITIONED,
             table: "a".into(),
             position: None,
-        }]
+        })]
     );
     assert_eq!(core.resume(), Resume::FromStart);
 }
@@ -510,11 +510,11 @@ fn replayed_batches_are_dropped_for_sinks_that_have_them() {
     let actions = core.offer("a", Position::stream(3, 0), Position::stream(4, 0));
     assert_eq!(
         actions,
-        vec![Action::Stage {
+        vec![Action::Call(SinkCall::Stage {
             sink: PLAIN,
             table: "a".into(),
             after: Some(Position::stream(2, 0)),
-        }]
+        })]
     );
 }
 
@@ -668,7 +668,7 @@ fn a_failing_optional_sink_is_disabled_and_the_others_go_on() {
     assert!(
         offered
             .iter()
-            .all(|a| !matches!(a, Action::Stage { sink: PLAIN, .. }))
+            .all(|a| !matches!(a, Action::Call(SinkCall::Stage { sink: PLAIN, .. })))
     );
 }
 
