@@ -20,7 +20,7 @@ fn a_typed_workload_reaches_the_sink_equal_to_postgres_row_by_row() {
     let db = "weir_types";
     let dsn = pg.fresh_db(db);
     pg.sql(db, SCHEMA);
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut rng = Rng::seeded(0x5eed_1234_abcd_0001);
     pg.sql(db, &initial_load(400, 300, 30, &mut rng));
 
     let dir = tempfile::tempdir().unwrap();

@@ -56,7 +56,7 @@ fn workload_thread(
 ) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let pg = Pg { port: pg_port };
-        let mut rng = Rng(seed);
+        let mut rng = Rng::seeded(seed);
         let mut n = 0;
         let mut base = 100_000u64;
         while !stop.load(Ordering::Relaxed) {
@@ -82,7 +82,7 @@ fn sigkill_during_backfill_and_streaming_loses_nothing_and_never_acknowledges_ah
     let db = "weir_crash";
     let dsn = pg.fresh_db(db);
     pg.sql(db, SCHEMA);
-    let mut rng = Rng(0xc0ff_ee00_1234_5678);
+    let mut rng = Rng::seeded(0xc0ff_ee00_1234_5678);
     // Big enough, in small enough commits, that the backfill spans several kills.
     pg.sql(db, &initial_load(20_000, 80_000, 40, &mut rng));
 
@@ -104,7 +104,7 @@ fn sigkill_during_backfill_and_streaming_loses_nothing_and_never_acknowledges_ah
                 | 1
         });
     println!("kill schedule seed: {seed} (set WEIR_CRASH_SEED to replay it)");
-    let mut delays = Rng(seed);
+    let mut delays = Rng::seeded(seed);
 
     let stop = Arc::new(AtomicBool::new(false));
     let writer = workload_thread(pg.port.clone(), db, stop.clone(), seed ^ 0x9e37_79b9);
@@ -200,7 +200,7 @@ fn a_postgres_restart_mid_stream_is_survived_without_loss_or_duplicates() {
     let db = "weir_restart";
     let dsn = pg.fresh_db(db);
     pg.sql(db, SCHEMA);
-    let mut rng = Rng(0xabad_1dea_0000_0001);
+    let mut rng = Rng::seeded(0xabad_1dea_0000_0001);
     pg.sql(db, &initial_load(500, 300, 10, &mut rng));
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("exact");

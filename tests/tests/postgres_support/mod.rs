@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
+use rand::{Rng as _, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use weir::change::Value;
 use weir::source::postgres::decode::{PgKind, copy_fields, decode};
 
@@ -375,18 +377,19 @@ impl PgPipeline {
     }
 }
 
-/// A tiny xorshift for workloads and kill delays.
-pub struct Rng(pub u64);
+/// A seeded random stream for workloads and kill delays: the same seed
+/// gives the same workload, so a failing run can be replayed.
+pub struct Rng(ChaCha8Rng);
 
 impl Rng {
+    pub fn seeded(seed: u64) -> Self {
+        Rng(ChaCha8Rng::seed_from_u64(seed))
+    }
     pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.random()
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.random_range(0..n.max(1))
     }
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
