@@ -229,6 +229,28 @@ pub struct LimitsConfig {
     pub memory_mb: u64,
     #[serde(default = "default_call_timeout_ms")]
     pub call_timeout_ms: u64,
+    /// The most bytes the sink may keep under its blob root; unset means
+    /// [`DEFAULT_MAX_STORED_MB`], or [`DEFAULT_MAX_STORED_MB_MEMORY`] for a
+    /// `memory://` root (which the host holds in its own memory).
+    #[serde(default)]
+    pub max_stored_mb: Option<u64>,
+    /// The largest object one put may write or one get may read (a get is
+    /// also bounded by `memory_mb`: the sink could not hold more).
+    #[serde(default = "default_max_object_mb")]
+    pub max_object_mb: u64,
+    /// The most entries one `list` may return.
+    #[serde(default = "default_max_list_entries")]
+    pub max_list_entries: u64,
+    /// The longest log message or error message the host keeps of the
+    /// sink; longer ones are cut and marked.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: u64,
+    /// Log lines per second the sink may write on average...
+    #[serde(default = "default_log_lines_per_second")]
+    pub log_lines_per_second: u64,
+    /// ...and at once, after a quiet spell; the rest is dropped and counted.
+    #[serde(default = "default_log_burst")]
+    pub log_burst: u64,
 }
 
 fn default_memory_mb() -> u64 {
@@ -238,11 +260,73 @@ fn default_call_timeout_ms() -> u64 {
     60_000
 }
 
+/// The default of `limits.max_stored_mb` for folders and object stores.
+pub const DEFAULT_MAX_STORED_MB: u64 = 10 << 10;
+/// The default of `limits.max_stored_mb` for `memory://` roots.
+pub const DEFAULT_MAX_STORED_MB_MEMORY: u64 = 256;
+fn default_max_object_mb() -> u64 {
+    256
+}
+fn default_max_list_entries() -> u64 {
+    100_000
+}
+fn default_max_message_bytes() -> u64 {
+    4096
+}
+fn default_log_lines_per_second() -> u64 {
+    100
+}
+fn default_log_burst() -> u64 {
+    1000
+}
+
+impl LimitsConfig {
+    /// The quota of a root at `url`, in bytes.
+    pub fn max_stored_bytes(&self, url: &str) -> u64 {
+        let default = match url.starts_with("memory:") {
+            true => DEFAULT_MAX_STORED_MB_MEMORY,
+            false => DEFAULT_MAX_STORED_MB,
+        };
+        self.max_stored_mb
+            .unwrap_or(default)
+            .saturating_mul(1 << 20)
+    }
+
+    /// Refuses byte and log limits that are zero or absurd, naming the field.
+    fn validate_bytes(&self, field: &str) -> Result<(), String> {
+        let checks = [
+            ("max_stored_mb", self.max_stored_mb.unwrap_or(1), 1, 1 << 40),
+            ("max_object_mb", self.max_object_mb, 1, 1 << 20),
+            ("max_list_entries", self.max_list_entries, 1, 1 << 32),
+            ("max_message_bytes", self.max_message_bytes, 64, 1 << 30),
+            (
+                "log_lines_per_second",
+                self.log_lines_per_second,
+                1,
+                1 << 32,
+            ),
+            ("log_burst", self.log_burst, 1, 1 << 32),
+        ];
+        for (name, value, low, high) in checks {
+            if !(low..=high).contains(&value) {
+                return Err(format!("{field}.{name}: {value} is outside {low}..={high}"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             memory_mb: default_memory_mb(),
             call_timeout_ms: default_call_timeout_ms(),
+            max_stored_mb: None,
+            max_object_mb: default_max_object_mb(),
+            max_list_entries: default_max_list_entries(),
+            max_message_bytes: default_max_message_bytes(),
+            log_lines_per_second: default_log_lines_per_second(),
+            log_burst: default_log_burst(),
         }
     }
 }
@@ -308,6 +392,7 @@ impl PipelineConfig {
                     sink.limits.call_timeout_ms
                 ));
             }
+            sink.limits.validate_bytes(&format!("sinks[{i}].limits"))?;
             if sink.blob_store.url.trim().is_empty() {
                 return Err(format!("sinks[{i}].blob_store.url: empty"));
             }

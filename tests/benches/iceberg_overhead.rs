@@ -88,6 +88,7 @@ fn main() {
     let limits = Limits {
         memory_bytes: 2 << 30,
         call_timeout: Duration::from_secs(120),
+        log: Default::default(),
     };
 
     let mut wasm_best = Duration::MAX;

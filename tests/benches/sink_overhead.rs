@@ -40,6 +40,7 @@ fn main() {
     let limits = Limits {
         memory_bytes: 1 << 30,
         call_timeout: Duration::from_secs(60),
+        log: Default::default(),
     };
 
     let mut wasm_best = Duration::MAX;

@@ -70,7 +70,11 @@ fn inspect_reports_capabilities_of_every_shipped_plugin() {
         }
     }
     // The second inspection loads the precompiled artifact from the cache.
-    let cached = std::fs::read_dir(cache.path()).unwrap().count();
+    // Each artifact has its seal beside it (`.cwasm.seal`); count artifacts.
+    let cached = std::fs::read_dir(cache.path())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("cwasm".as_ref()))
+        .count();
     assert_eq!(cached, cases.len(), "one cached artifact per plugin");
 }
 

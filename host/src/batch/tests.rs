@@ -7,6 +7,8 @@ use super::*;
 use crate::change::{Column, Op};
 use crate::source::Source;
 use crate::source::generator::{self, ExpectedState, Generator, GeneratorConfig};
+use arrow_array::ArrayRef;
+use arrow_schema::DataType;
 use weir_contract::utc_micros;
 
 fn table(name: &str, columns: &[(&str, DataType)], key: &[usize]) -> Arc<TableSchema> {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -79,16 +80,12 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
             let config = PipelineConfig::load(&pipeline).map_err(|e| e.to_string())?;
             let io = io_runtime()?;
             let stop = Arc::new(AtomicBool::new(false));
-            {
-                let stop = stop.clone();
-                io.spawn(async move {
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                });
-            }
-            let report = pipeline::run(&config, &RunOptions { max_changes }, io.handle(), stop)
-                .map_err(|e| format!("pipeline `{}`: {e}", config.pipeline))?;
+            io.spawn(stop_on_signals(stop.clone()));
+            let result = pipeline::run(&config, &RunOptions { max_changes }, io.handle(), stop);
+            // A sink thread left behind (it overran its deadline) may still
+            // hold blocking I/O on this runtime; it must not hold the exit.
+            io.shutdown_timeout(SHUTDOWN_GRACE);
+            let report = result.map_err(|e| format!("pipeline `{}`: {e}", config.pipeline))?;
             render::run_report(&report, json);
             if report.disabled.is_empty() {
                 Ok(ExitCode::SUCCESS)
@@ -116,6 +113,46 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
             render::plugin_info(&info, json);
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// How long the exit waits for I/O still under way on the runtime.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Ctrl-C or SIGTERM: the first asks the run to stop at the next commit
+/// boundary (a call under way ends within its wall-clock deadline); the
+/// second exits at once (128 + the signal's number), saying which sink
+/// calls were still under way. Nothing uncommitted was acknowledged, so the
+/// next run resumes from the last checkpoint.
+async fn stop_on_signals(stop: Arc<AtomicBool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot listen for Ctrl-C or SIGTERM; stop weir with SIGKILL");
+        return;
+    };
+    loop {
+        let (name, code) = tokio::select! {
+            _ = interrupt.recv() => ("Ctrl-C", 130),
+            _ = terminate.recv() => ("SIGTERM", 143),
+        };
+        if !stop.swap(true, Ordering::Relaxed) {
+            tracing::warn!("{name}: stopping at the next commit boundary (again to exit at once)");
+            continue;
+        }
+        let in_flight = crate::runtime::worker::calls_in_flight();
+        let in_flight = if in_flight.is_empty() {
+            "no sink call was under way".to_string()
+        } else {
+            format!("still under way: {}", in_flight.join("; "))
+        };
+        eprintln!(
+            "weir: {name} again: exiting at once; {in_flight}; \
+             nothing uncommitted was acknowledged, the next run resumes from the last checkpoint"
+        );
+        std::process::exit(code);
     }
 }
 

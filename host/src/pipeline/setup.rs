@@ -2,6 +2,7 @@
 //! workers, the table descriptions sinks are told, and the batcher.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use crate::batch::{BatchLimits, Batcher};
 use crate::change::TableSchema;
 use crate::commit::SinkSpec;
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
+use crate::runtime::capability::{blobstore::BlobLimits, log::LogLimits};
 use crate::runtime::{
     BlobScope, Limits, Plugin, SinkWorker, TableDescription, WasmEngine, WorkerSpec, plugin,
 };
@@ -63,6 +65,7 @@ pub fn start_sinks(
     engine: &WasmEngine,
     io: &tokio::runtime::Handle,
 ) -> Result<Sinks, RunError> {
+    check_roots(config)?;
     let linker = plugin::linker(engine)?;
     let mut sinks = Sinks {
         workers: Vec::new(),
@@ -116,8 +119,10 @@ fn start_sink(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let blob = BlobScope::open(&sink.blob_store.url, &options, &config.base_dir, io.clone())
-        .map_err(|e| e.to_string())?;
+    let url = &sink.blob_store.url;
+    let blob = BlobScope::open(url, &options, &config.base_dir, io.clone())
+        .map_err(|e| e.to_string())?
+        .with_limits(BlobLimits::from_config(&sink.name, url, &sink.limits));
     SinkWorker::start(WorkerSpec {
         name: sink.name.clone(),
         plugin: Arc::new(loaded),
@@ -125,6 +130,7 @@ fn start_sink(
         limits: Limits {
             memory_bytes: (sink.limits.memory_mb << 20) as usize,
             call_timeout: Duration::from_millis(sink.limits.call_timeout_ms),
+            log: LogLimits::from_config(&sink.limits),
         },
         retries: sink.retries,
         pipeline: config.pipeline.clone(),
@@ -135,6 +141,168 @@ fn start_sink(
             .collect(),
     })
     .map_err(|e| format!("failed to start: {e}"))
+}
+
+/// Where a sink's root lies, to tell whether two roots overlap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RootPlace {
+    /// A folder, absolute, with links resolved as far as it exists.
+    Local(PathBuf),
+    /// An object store: its scheme, bucket (host) and endpoint, and the
+    /// prefix's segments.
+    Remote { store: String, prefix: Vec<String> },
+    /// `memory://`: every sink gets a store of its own.
+    Memory,
+}
+
+impl RootPlace {
+    fn of(sink: &SinkConfig, base_dir: &Path) -> RootPlace {
+        let url = sink.blob_store.url.as_str();
+        if url == "memory://" || url == "memory:" {
+            return RootPlace::Memory;
+        }
+        let local = match url.strip_prefix("file://") {
+            Some(rest) => Some(rest),
+            None if !url.contains("://") => Some(url),
+            None => None,
+        };
+        if let Some(path) = local {
+            return RootPlace::Local(resolved(&base_dir.join(path)));
+        }
+        let Ok(parsed) = url::Url::parse(url) else {
+            // BlobScope::open refuses it with the parser's word.
+            return RootPlace::Memory;
+        };
+        let endpoints: Vec<&String> = sink
+            .blob_store
+            .options
+            .iter()
+            .filter(|(key, _)| key.contains("endpoint"))
+            .map(|(_, value)| value)
+            .collect();
+        RootPlace::Remote {
+            store: format!(
+                "{}://{}{:?}",
+                parsed.scheme(),
+                parsed.host_str().unwrap_or_default(),
+                endpoints
+            ),
+            prefix: parsed
+                .path_segments()
+                .map(|s| s.filter(|s| !s.is_empty()).map(str::to_owned).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Whether one contains the other (a root contains itself).
+    fn overlaps(&self, other: &RootPlace) -> bool {
+        match (self, other) {
+            (RootPlace::Local(a), RootPlace::Local(b)) => a.starts_with(b) || b.starts_with(a),
+            (
+                RootPlace::Remote { store, prefix },
+                RootPlace::Remote {
+                    store: other_store,
+                    prefix: other_prefix,
+                },
+            ) => {
+                store == other_store
+                    && (prefix.starts_with(other_prefix) || other_prefix.starts_with(prefix))
+            }
+            _ => false,
+        }
+    }
+
+    fn contains(&self, path: &Path) -> bool {
+        matches!(self, RootPlace::Local(root) if path.starts_with(root))
+    }
+}
+
+/// An absolute form of `path` with links resolved as far as it exists (the
+/// rest, not yet created, taken as written with `.` and `..` applied), so
+/// two spellings of one folder compare equal.
+fn resolved(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(canonical) = existing.canonicalize() {
+            let mut out = canonical;
+            for part in rest.iter().rev() {
+                match part {
+                    Component::ParentDir => {
+                        out.pop();
+                    }
+                    Component::Normal(name) => out.push(name),
+                    _ => {}
+                }
+            }
+            return out;
+        }
+        match (existing.parent(), existing.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                rest.push(last);
+                existing = parent;
+            }
+            _ => return absolute,
+        }
+    }
+}
+
+/// Refuses, before anything is loaded, blob roots that overlap the state
+/// folder (which holds the position store and the compiled plugins), each
+/// other, or a sink's plugin file: a sink may write anything under its
+/// root, so overlap would let it rewrite another sink's data, the host's
+/// positions, or code the host runs.
+fn check_roots(config: &PipelineConfig) -> Result<(), RunError> {
+    let state = resolved(&config.state_dir());
+    let places: Vec<RootPlace> = config
+        .sinks
+        .iter()
+        .map(|sink| RootPlace::of(sink, &config.base_dir))
+        .collect();
+    let shown = |place: &RootPlace, sink: &SinkConfig| match place {
+        RootPlace::Local(path) => path.display().to_string(),
+        _ => sink.blob_store.url.clone(),
+    };
+    for (i, (sink, place)) in config.sinks.iter().zip(&places).enumerate() {
+        if place.overlaps(&RootPlace::Local(state.clone())) {
+            return Err(RunError::Setup(format!(
+                "sinks[{i}].blob_store.url: the root of sink `{}` ({}) overlaps the state_dir \
+                 ({}), which holds the position store and the compiled plugins; give the sink \
+                 a root outside the state_dir, or move the state_dir",
+                sink.name,
+                shown(place, sink),
+                state.display()
+            )));
+        }
+    }
+    for (i, (sink, place)) in config.sinks.iter().zip(&places).enumerate() {
+        for (j, (other, other_place)) in config.sinks.iter().zip(&places).enumerate() {
+            if j > i && place.overlaps(other_place) {
+                return Err(RunError::Setup(format!(
+                    "sinks[{j}].blob_store.url: the roots of sinks `{}` ({}) and `{}` ({}) \
+                     overlap (one contains the other); each sink needs a root of its own",
+                    sink.name,
+                    shown(place, sink),
+                    other.name,
+                    shown(other_place, other)
+                )));
+            }
+            let plugin = resolved(&config.resolve(&other.plugin));
+            if place.contains(&plugin) {
+                return Err(RunError::Setup(format!(
+                    "sinks[{i}].blob_store.url: the root of sink `{}` ({}) contains the plugin \
+                     of sink `{}` ({}), which the sink could replace; keep plugins outside \
+                     every root",
+                    sink.name,
+                    shown(place, sink),
+                    other.name,
+                    plugin.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What every sink is told about each source table: its key, its mode (a

@@ -1,10 +1,19 @@
 //! The one wasmtime engine every plugin shares: pooling allocator, epoch
 //! ticker for CPU deadlines, and the on-disk cache of precompiled components.
+//!
+//! A cached `.cwasm` is native code that wasmtime loads without checking
+//! (`deserialize` is unsafe), so the cache is trusted only for what this
+//! host wrote: beside each artifact lies its seal, an HMAC-SHA256 of its
+//! file name and bytes under a key only the host knows (a random file kept
+//! beside the cache folder, in the state folder no sink root may reach).
+//! A plugin that can write the cache folder cannot forge a seal, and a seal
+//! copied from another artifact names the other file; an artifact whose
+//! seal does not match is compiled again, with a warning, never loaded.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -23,6 +32,8 @@ pub const MAX_PLUGIN_MEMORY: usize = 4 << 30;
 pub struct WasmEngine {
     engine: Engine,
     cache_dir: PathBuf,
+    /// The key that seals cached artifacts, read or made on first use.
+    seal_key: OnceLock<[u8; 32]>,
     stop_ticker: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
 }
@@ -71,6 +82,7 @@ impl WasmEngine {
         Ok(WasmEngine {
             engine,
             cache_dir: cache_dir.to_path_buf(),
+            seal_key: OnceLock::new(),
             stop_ticker,
             ticker: Some(ticker),
         })
@@ -91,18 +103,34 @@ impl WasmEngine {
         wasm: &[u8],
         digest: &str,
     ) -> Result<Component, EngineError> {
-        let cached = self
-            .cache_dir
-            .join(format!("{digest}-{:016x}.cwasm", self.compat_hash()));
-        if cached.exists() {
-            // SAFETY: the cache folder is written only by this host, from
-            // bytes `precompile_component` produced, and the file name pins
-            // both the wasm digest and the engine's compatibility hash.
-            match unsafe { Component::deserialize_file(&self.engine, &cached) } {
-                Ok(component) => return Ok(component),
-                Err(error) => {
-                    tracing::warn!(cache = %cached.display(), %error, "ignoring an unreadable cached component")
+        let name = format!("{digest}-{:016x}.cwasm", self.compat_hash());
+        let cached = self.cache_dir.join(&name);
+        let seal_path = self.cache_dir.join(format!("{name}.seal"));
+        let cache_error = |detail: String| EngineError::Cache {
+            path: cached.clone(),
+            detail,
+        };
+        let key = self.seal_key().map_err(cache_error)?;
+        if let Ok(bytes) = std::fs::read(&cached) {
+            let sealed = std::fs::read_to_string(&seal_path)
+                .is_ok_and(|found| found.trim() == hex::encode(seal(&key, &name, &bytes)));
+            if sealed {
+                // SAFETY: the bytes are the ones the seal covers (read once,
+                // checked, then deserialized from memory), and only this host
+                // knows the key: it wrote them, from `precompile_component`,
+                // for this wasm digest and engine compatibility hash.
+                match unsafe { Component::deserialize(&self.engine, &bytes) } {
+                    Ok(component) => return Ok(component),
+                    Err(error) => {
+                        tracing::warn!(cache = %cached.display(), %error, "ignoring an unreadable cached component")
+                    }
                 }
+            } else {
+                tracing::warn!(
+                    cache = %cached.display(),
+                    "the cached component is not one this host wrote (its seal does not match); \
+                     compiling the plugin again"
+                );
             }
         }
         let compiled =
@@ -112,22 +140,34 @@ impl WasmEngine {
                     path: path.to_path_buf(),
                     detail: format!("{e:#}"),
                 })?;
-        let cache_error = |detail: String| EngineError::Cache {
-            path: cached.clone(),
-            detail,
-        };
         std::fs::create_dir_all(&self.cache_dir).map_err(|e| cache_error(e.to_string()))?;
-        // Write then rename, so a crash never leaves a torn artifact behind.
-        let temp = cached.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&temp, &compiled).map_err(|e| cache_error(e.to_string()))?;
-        std::fs::rename(&temp, &cached).map_err(|e| cache_error(e.to_string()))?;
-        // SAFETY: as above; the bytes were produced by this engine just now.
+        // Artifact first, then its seal, each written then renamed: a crash
+        // in between leaves an artifact without its seal, compiled again.
+        let sealed = hex::encode(seal(&key, &name, &compiled));
+        replace_file(&cached, &compiled).map_err(cache_error)?;
+        replace_file(&seal_path, sealed.as_bytes()).map_err(cache_error)?;
+        // SAFETY: the bytes were produced by this engine just now.
         unsafe { Component::deserialize(&self.engine, &compiled) }.map_err(|e| {
             EngineError::Compile {
                 path: path.to_path_buf(),
                 detail: format!("{e:#}"),
             }
         })
+    }
+
+    /// The host's sealing key: `component-cache.key` beside the cache
+    /// folder, 32 random bytes made on first use, readable by the owner only.
+    fn seal_key(&self) -> Result<[u8; 32], String> {
+        if let Some(key) = self.seal_key.get() {
+            return Ok(*key);
+        }
+        let path = self
+            .cache_dir
+            .parent()
+            .unwrap_or(&self.cache_dir)
+            .join("component-cache.key");
+        let key = read_or_make_key(&path).map_err(|e| format!("key {}: {e}", path.display()))?;
+        Ok(*self.seal_key.get_or_init(|| key))
     }
 
     fn compat_hash(&self) -> u64 {
@@ -165,6 +205,82 @@ fn config(pooling: bool) -> Config {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
+}
+
+/// Writes `bytes` to `path` by way of a temporary file and a rename, so a
+/// crash never leaves a torn file behind.
+fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&temp, bytes).map_err(|e| e.to_string())?;
+    std::fs::rename(&temp, path).map_err(|e| e.to_string())
+}
+
+/// Reads the key at `path`, or makes one from the system's random source
+/// when there is none (or it is not 32 bytes). Two hosts starting at once
+/// agree: the file is created exclusively, and the loser reads it.
+fn read_or_make_key(path: &Path) -> std::io::Result<[u8; 32]> {
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if let Ok(bytes) = std::fs::read(path)
+        && let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice())
+    {
+        return Ok(key);
+    }
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    if let Some(folder) = path.parent() {
+        std::fs::create_dir_all(folder)?;
+    }
+    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)?;
+    file.write_all(&key)?;
+    file.sync_all()?;
+    // A hard link fails if another host made the key meanwhile: use theirs.
+    if path.exists() {
+        // There is a key file, but not a key: replace it (every artifact it
+        // sealed is compiled again).
+        std::fs::rename(&temp, path)?;
+        return Ok(key);
+    }
+    let linked = std::fs::hard_link(&temp, path);
+    let _ = std::fs::remove_file(&temp);
+    match linked {
+        Ok(()) => Ok(key),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let bytes = std::fs::read(path)?;
+            <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "not a 32-byte key")
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) under `key` of an artifact's file name and bytes;
+/// the NUL between them cannot occur in a name, so no two inputs collide.
+fn seal(key: &[u8; 32], name: &str, bytes: &[u8]) -> [u8; 32] {
+    let mut inner_pad = [0x36u8; 64];
+    let mut outer_pad = [0x5cu8; 64];
+    for (i, k) in key.iter().enumerate() {
+        inner_pad[i] ^= k;
+        outer_pad[i] ^= k;
+    }
+    let inner = Sha256::new()
+        .chain_update(inner_pad)
+        .chain_update(name.as_bytes())
+        .chain_update([0u8])
+        .chain_update(bytes)
+        .finalize();
+    Sha256::new()
+        .chain_update(outer_pad)
+        .chain_update(inner)
+        .finalize()
+        .into()
 }
 
 /// The sha256 of a plugin's bytes, as lowercase hex.

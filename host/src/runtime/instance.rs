@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod cause;
+
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -24,6 +26,8 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// The CPU deadline of each call.
     pub call_timeout: Duration,
+    /// How much it may log, and how long its log and error messages may be.
+    pub log: super::capability::log::LogLimits,
 }
 
 /// How a call into a plugin failed.
@@ -38,6 +42,18 @@ pub enum CallError {
     /// The call ran past its CPU deadline.
     #[error("did not return within its CPU deadline of {0:?}")]
     Deadline(Duration),
+    /// The call did not return within its wall-clock bound: the guest is
+    /// blocked where the CPU deadline cannot reach it. The worker is given up.
+    #[error(
+        "`{call}` did not return within its wall-clock deadline of {} ms (blocked outside WebAssembly, e.g. sleeping or waiting on I/O)",
+        bound.as_millis()
+    )]
+    Stalled {
+        /// The call that overran: `open`, `write`, `commit`, ...
+        call: &'static str,
+        /// The bound it overran.
+        bound: Duration,
+    },
     /// The instance asked for more memory than it was granted.
     #[error("{0}")]
     Memory(String),
@@ -50,6 +66,8 @@ pub struct HostState {
     pub(super) capabilities: CapabilityStates,
     memory_limit: usize,
     memory_exhausted: bool,
+    /// The tail of the guest's stderr, to quote a panic message.
+    stderr: cause::StderrTail,
 }
 
 impl WasiView for HostState {
@@ -104,8 +122,11 @@ impl SinkInstance {
     /// A fresh instance of `plugin` with its own store, limits and grants.
     pub fn new(plugin: Arc<Plugin>, grants: &Grants, limits: &Limits) -> Result<Self, CallError> {
         // No preopened folders, no environment, no arguments, no network:
-        // everything a sink may touch comes through the weir imports.
+        // everything a sink may touch comes through the weir imports. Its
+        // stderr is kept (a bounded tail) only to quote why it died.
+        let stderr = cause::StderrTail::default();
         let wasi = WasiCtxBuilder::new()
+            .stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -116,6 +137,7 @@ impl SinkInstance {
             capabilities: CapabilityStates::new(grants),
             memory_limit: limits.memory_bytes,
             memory_exhausted: false,
+            stderr,
         };
         let mut store = Store::new(plugin.pre().engine(), state);
         store.limiter(|state| state);
@@ -177,9 +199,11 @@ impl SinkInstance {
         self.finish(answer)
     }
 
-    /// Sets the CPU deadline for the next call.
+    /// Sets the CPU deadline for the next call, and forgets the output of
+    /// earlier ones.
     fn arm(&mut self) {
         arm(&mut self.store, &self.limits);
+        self.store.data().stderr.clear();
     }
 
     fn finish<T>(&mut self, answer: Answer<T>) -> Result<T, CallError> {
@@ -207,15 +231,5 @@ fn classify(store: &Store<HostState>, limits: &Limits, error: wasmtime::Error) -
     if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
         return CallError::Deadline(limits.call_timeout);
     }
-    CallError::Trap(first_line(&format!("{error:#}")))
-}
-
-fn first_line(text: &str) -> String {
-    // wasmtime appends a multi-line backtrace; the operator needs the cause.
-    let mut lines = text.lines();
-    let head = lines.next().unwrap_or_default().to_string();
-    match text.find("panicked at") {
-        Some(i) => format!("{head} ({})", text[i..].lines().next().unwrap_or_default()),
-        None => head,
-    }
+    CallError::Trap(cause::describe(&error, &store.data().stderr))
 }

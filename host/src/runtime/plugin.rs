@@ -151,6 +151,7 @@ impl Plugin {
         let grants = Grants {
             sink_name: sink_name.to_string(),
             blob,
+            log: limits.log,
         };
         SinkInstance::new(self.clone(), &grants, limits)
     }

@@ -1,11 +1,20 @@
 //! One thread per sink instance: it owns the plugin's store, so calls into
 //! different sinks run in parallel while calls into one sink stay ordered.
 //! A call the sink calls retryable is retried here, with backoff.
+//!
+//! Every call is bounded in wall-clock time, whatever the guest waits on.
+//! The CPU deadline (epoch interruption) only stops running WebAssembly; a
+//! guest blocked in a WASI poll or inside a host call is out of its reach.
+//! So whoever waits for a call (a [`Pending`], the start of a worker, its
+//! shutdown) waits at most [`wall_bound`] per attempt, and when that passes
+//! the worker is given up on: the call fails with [`CallError::Stalled`],
+//! every later call fails at once with the same error, nothing more is
+//! queued to it, and its thread is left behind, never joined.
 
-use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{BlockingRetryable, ExponentialBuilder};
 use weir_core::CommitRequest;
@@ -19,6 +28,17 @@ use super::types::{BatchHeader, SinkError, SinkPosition};
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 /// The longest pause between two tries.
 const MAX_PAUSE: Duration = Duration::from_millis(3200);
+/// Fixed part of the slack the wall-clock bound leaves the CPU deadline, so
+/// a guest spinning in WebAssembly is stopped by the epoch (and reported as
+/// a CPU overrun) before the wall clock gives up on it.
+const WALL_SLACK: Duration = Duration::from_millis(500);
+
+/// The wall-clock bound of one attempt of a call whose CPU deadline is
+/// `call_timeout`: the deadline plus a tenth plus [`WALL_SLACK`] (the epoch
+/// ticker's sleeps drift a little over long deadlines).
+pub fn wall_bound(call_timeout: Duration) -> Duration {
+    call_timeout + call_timeout / 10 + WALL_SLACK
+}
 
 enum Job {
     Committed {
@@ -40,16 +60,144 @@ enum Job {
     },
 }
 
+/// What the worker of one sink is doing, shared between its thread and
+/// everyone who waits for it.
+struct Watch {
+    sink: String,
+    bound: Duration,
+    state: Mutex<CallState>,
+}
+
+#[derive(Default)]
+struct CallState {
+    /// The guest call under way and when it was entered.
+    running: Option<(&'static str, Instant)>,
+    /// Set once a call overran its bound: the worker is given up on.
+    stalled: Option<CallError>,
+}
+
+impl Watch {
+    fn state(&self) -> MutexGuard<'_, CallState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn stalled(&self) -> Option<CallError> {
+        self.state().stalled.clone()
+    }
+
+    /// Runs one guest call on the worker's thread, visible to the waiters.
+    /// Refused once the worker was given up on: its instance may be in the
+    /// middle of a call that never returned.
+    fn run<T>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce() -> Result<T, CallError>,
+    ) -> Result<T, CallError> {
+        {
+            let mut state = self.state();
+            if let Some(e) = &state.stalled {
+                return Err(e.clone());
+            }
+            state.running = Some((call, Instant::now()));
+        }
+        let result = f();
+        self.state().running = None;
+        result
+    }
+
+    /// How long a waiter may still wait, or the error if the call under way
+    /// has overrun its bound (which gives the worker up).
+    fn check(&self) -> Result<Duration, CallError> {
+        let mut state = self.state();
+        if let Some(e) = &state.stalled {
+            return Err(e.clone());
+        }
+        let Some((call, since)) = state.running else {
+            // Between calls (queued, or pausing before a retry): look again
+            // after a full bound.
+            return Ok(self.bound);
+        };
+        let elapsed = since.elapsed();
+        if elapsed < self.bound {
+            return Ok(self.bound - elapsed);
+        }
+        let error = CallError::Stalled {
+            call,
+            bound: self.bound,
+        };
+        tracing::error!(sink = %self.sink, "{error}; the sink's thread is left behind");
+        state.stalled = Some(error.clone());
+        Err(error)
+    }
+
+    /// Waits for a message on `rx` while the worker keeps within its bound:
+    /// `Ok(None)` when the sender is gone, `Err` when a call overran.
+    fn wait<R>(&self, rx: &Receiver<R>) -> Result<Option<R>, CallError> {
+        loop {
+            match rx.recv_timeout(self.check()?) {
+                Ok(message) => return Ok(Some(message)),
+                Err(RecvTimeoutError::Disconnected) => return Ok(None),
+                Err(RecvTimeoutError::Timeout) => continue,
+            }
+        }
+    }
+
+    /// One line on the call under way, if any.
+    fn describe(&self) -> Option<String> {
+        let state = self.state();
+        let (call, since) = state.running?;
+        let given_up = if state.stalled.is_some() {
+            ", given up on"
+        } else {
+            ""
+        };
+        Some(format!(
+            "sink `{}`: `{call}` running for {:.1} s{given_up}",
+            self.sink,
+            since.elapsed().as_secs_f64()
+        ))
+    }
+}
+
+/// Every worker's watch, for [`calls_in_flight`].
+static WATCHES: Mutex<Vec<Weak<Watch>>> = Mutex::new(Vec::new());
+
+fn register(watch: &Arc<Watch>) {
+    let mut watches = WATCHES.lock().unwrap_or_else(PoisonError::into_inner);
+    watches.retain(|w| w.strong_count() > 0);
+    watches.push(Arc::downgrade(watch));
+}
+
+/// The guest calls under way in this process, one line each (sink, call,
+/// how long it has run), for a stop that cannot wait for them.
+pub fn calls_in_flight() -> Vec<String> {
+    let watches = WATCHES.lock().unwrap_or_else(PoisonError::into_inner);
+    watches
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter_map(|w| w.describe())
+        .collect()
+}
+
 /// A reply still to come from a worker.
-pub struct Pending<T>(Receiver<Result<T, CallError>>);
+pub struct Pending<T> {
+    reply: Result<Receiver<Result<T, CallError>>, CallError>,
+    watch: Arc<Watch>,
+}
 
 impl<T> Pending<T> {
-    /// Blocks until the worker answers.
+    /// Blocks until the worker answers, or until the call under way has run
+    /// past its wall-clock bound.
     pub fn wait(self) -> Result<T, CallError> {
-        self.0
-            .recv()
-            .unwrap_or_else(|_| Err(CallError::Trap("the sink's worker thread ended".into())))
+        match self.watch.wait(&self.reply?)? {
+            Some(answer) => answer,
+            None => Err(self.watch.stalled().unwrap_or_else(thread_ended)),
+        }
     }
+}
+
+fn thread_ended() -> CallError {
+    CallError::Trap("the sink's worker thread ended".into())
 }
 
 /// The worker thread of one sink, and the way to send it work.
@@ -60,6 +208,9 @@ pub struct SinkWorker {
     pub info: PluginInfo,
     jobs: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
+    watch: Arc<Watch>,
+    /// Disconnects when the thread ends.
+    ended: Receiver<()>,
 }
 
 /// Everything a worker needs to start its instance.
@@ -81,58 +232,88 @@ pub struct WorkerSpec {
 }
 
 impl SinkWorker {
-    /// Starts the worker, instantiates the plugin and calls its `open`.
+    /// Starts the worker, instantiates the plugin and calls its `open`,
+    /// waiting at most the wall-clock bound for each.
     pub fn start(spec: WorkerSpec) -> Result<SinkWorker, CallError> {
         let (jobs, inbox) = channel::<Job>();
         let (ready_tx, ready_rx) = channel::<Result<(), CallError>>();
+        let (ended_tx, ended) = channel::<()>();
         let name = spec.name.clone();
         let info = spec.plugin.info.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("sink-{}", spec.name))
-            .spawn(move || worker_main(spec, inbox, ready_tx))
-            .map_err(|e| CallError::Trap(format!("cannot start a worker thread: {e}")))?;
-        ready_rx
-            .recv()
-            .unwrap_or_else(|_| Err(CallError::Trap("the sink's worker thread ended".into())))?;
+        let watch = Arc::new(Watch {
+            sink: spec.name.clone(),
+            bound: wall_bound(spec.limits.call_timeout),
+            state: Mutex::default(),
+        });
+        register(&watch);
+        let thread = {
+            let watch = watch.clone();
+            std::thread::Builder::new()
+                .name(format!("sink-{}", spec.name))
+                .spawn(move || {
+                    let _ended = ended_tx;
+                    worker_main(spec, &watch, inbox, ready_tx)
+                })
+                .map_err(|e| CallError::Trap(format!("cannot start a worker thread: {e}")))?
+        };
+        // A stalled start leaves the thread behind (the handle is dropped).
+        watch
+            .wait(&ready_rx)?
+            .unwrap_or_else(|| Err(thread_ended()))?;
         Ok(SinkWorker {
             name,
             info,
             jobs: Some(jobs),
             thread: Some(thread),
+            watch,
+            ended,
         })
     }
 
     /// Asks a positioned sink where `table` stands; `None` from a sink
     /// without `positions` or for a table it never committed.
     pub fn committed(&self, pipeline: &str, table: &str) -> Pending<Option<SinkPosition>> {
-        let (reply, rx) = channel();
-        self.send(Job::Committed {
+        self.call(|reply| Job::Committed {
             pipeline: pipeline.to_string(),
             table: table.to_string(),
             reply,
-        });
-        Pending(rx)
+        })
     }
 
     /// Stages one batch: its header and its rows as Arrow IPC stream bytes.
     pub fn write(&self, header: BatchHeader, ipc: Arc<Vec<u8>>) -> Pending<()> {
-        let (reply, rx) = channel();
-        self.send(Job::Write { header, ipc, reply });
-        Pending(rx)
+        self.call(|reply| Job::Write { header, ipc, reply })
     }
 
     /// Makes what is staged for the request's table durable.
     pub fn commit(&self, request: CommitRequest) -> Pending<()> {
-        let (reply, rx) = channel();
-        self.send(Job::Commit { request, reply });
-        Pending(rx)
+        self.call(|reply| Job::Commit { request, reply })
     }
 
     /// Drops what is staged for `table`; nobody waits for the answer.
     pub fn abort(&self, table: &str) {
-        self.send(Job::Abort {
-            table: table.to_string(),
-        });
+        if self.watch.stalled().is_none() {
+            self.send(Job::Abort {
+                table: table.to_string(),
+            });
+        }
+    }
+
+    /// Queues a job, unless the worker was given up on: then the reply is
+    /// that failure, at once, and nothing waits behind the stuck call.
+    fn call<T>(&self, job: impl FnOnce(Sender<Result<T, CallError>>) -> Job) -> Pending<T> {
+        let reply = match self.watch.stalled() {
+            Some(e) => Err(e),
+            None => {
+                let (reply, rx) = channel();
+                self.send(job(reply));
+                Ok(rx)
+            }
+        };
+        Pending {
+            reply,
+            watch: self.watch.clone(),
+        }
     }
 
     fn send(&self, job: Job) {
@@ -145,20 +326,38 @@ impl SinkWorker {
 }
 
 impl Drop for SinkWorker {
+    /// Lets the worker finish what is queued (each call within its bound)
+    /// and joins it; a worker that overruns is left behind, so a stuck guest
+    /// cannot hold up the host's exit.
     fn drop(&mut self) {
         self.jobs.take();
-        if let Some(thread) = self.thread.take() {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        if self.watch.stalled().is_some() {
+            // Given up on already (and said so): nothing to wait for.
+            return;
+        }
+        // An overrun is logged where it is noticed; the thread is left.
+        if self.watch.wait(&self.ended).is_ok() {
             let _ = thread.join();
         }
     }
 }
 
-fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), CallError>>) {
-    let started = spec
-        .plugin
-        .instantiate(&spec.name, spec.blob.clone(), &spec.limits)
+fn worker_main(
+    spec: WorkerSpec,
+    watch: &Watch,
+    inbox: Receiver<Job>,
+    ready: Sender<Result<(), CallError>>,
+) {
+    let started = watch
+        .run("instantiate", || {
+            spec.plugin
+                .instantiate(&spec.name, spec.blob.clone(), &spec.limits)
+        })
         .and_then(|mut instance| {
-            instance.open(&spec.pipeline, &spec.config)?;
+            watch.run("open", || instance.open(&spec.pipeline, &spec.config))?;
             Ok(instance)
         });
     let mut instance = match started {
@@ -179,6 +378,10 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
         .with_max_delay(MAX_PAUSE)
         .with_max_times(spec.retries as usize);
     for job in inbox {
+        if watch.stalled().is_some() {
+            // Given up on while a call ran late: nobody waits any more.
+            return;
+        }
         match job {
             Job::Committed {
                 pipeline,
@@ -187,14 +390,16 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
             } => {
                 let result = match &broken {
                     Some(e) => Err(e.clone()),
-                    None => instance.committed(&pipeline, &table),
+                    None => watch.run("committed", || instance.committed(&pipeline, &table)),
                 };
                 let _ = reply.send(result);
             }
             Job::Write { header, ipc, reply } => {
                 let result = match &broken {
                     Some(e) => Err(e.clone()),
-                    None => with_retries(&spec.name, &backoff, || instance.write(&header, &ipc)),
+                    None => with_retries(&spec.name, &backoff, || {
+                        watch.run("write", || instance.write(&header, &ipc))
+                    }),
                 };
                 note_broken(&result, &mut broken);
                 let _ = reply.send(result);
@@ -202,14 +407,16 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
             Job::Commit { request, reply } => {
                 let result = match &broken {
                     Some(e) => Err(e.clone()),
-                    None => with_retries(&spec.name, &backoff, || instance.commit(&request)),
+                    None => with_retries(&spec.name, &backoff, || {
+                        watch.run("commit", || instance.commit(&request))
+                    }),
                 };
                 note_broken(&result, &mut broken);
                 let _ = reply.send(result);
             }
             Job::Abort { table } => {
                 if broken.is_none()
-                    && let Err(e) = instance.abort(&table)
+                    && let Err(e) = watch.run("abort", || instance.abort(&table))
                 {
                     broken = Some(e);
                 }
@@ -219,7 +426,8 @@ fn worker_main(spec: WorkerSpec, inbox: Receiver<Job>, ready: Sender<Result<(), 
 }
 
 /// Runs `call`, and again after a pause each time the sink answers
-/// retryable, as often as `backoff` allows.
+/// retryable, as often as `backoff` allows. Each try has its own wall-clock
+/// bound (the waiter measures from the start of the try under way).
 fn with_retries(
     sink: &str,
     backoff: &ExponentialBuilder,

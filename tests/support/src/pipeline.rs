@@ -206,6 +206,34 @@ struct BlobStore {
 struct Limits {
     memory_mb: u64,
     call_timeout_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_stored_mb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_object_mb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_list_entries: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_message_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_lines_per_second: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_burst: Option<u64>,
+}
+
+impl Default for Limits {
+    /// The host's defaults for memory and call time; the rest unset.
+    fn default() -> Self {
+        Limits {
+            memory_mb: 512,
+            call_timeout_ms: 60_000,
+            max_stored_mb: None,
+            max_object_mb: None,
+            max_list_entries: None,
+            max_message_bytes: None,
+            log_lines_per_second: None,
+            log_burst: None,
+        }
+    }
 }
 
 impl SinkBuilder {
@@ -238,10 +266,49 @@ impl SinkBuilder {
 
     /// Memory and per-call time limits.
     pub fn limits(mut self, memory_mb: u64, call_timeout_ms: u64) -> Self {
-        self.limits = Some(Limits {
-            memory_mb,
-            call_timeout_ms,
-        });
+        let limits = self.limits.get_or_insert_with(Limits::default);
+        limits.memory_mb = memory_mb;
+        limits.call_timeout_ms = call_timeout_ms;
+        self
+    }
+
+    /// The most bytes the sink may keep under its root.
+    pub fn max_stored_mb(mut self, mb: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .max_stored_mb = Some(mb);
+        self
+    }
+
+    /// The largest single put or get.
+    pub fn max_object_mb(mut self, mb: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .max_object_mb = Some(mb);
+        self
+    }
+
+    /// The most entries one list returns.
+    pub fn max_list_entries(mut self, entries: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .max_list_entries = Some(entries);
+        self
+    }
+
+    /// The longest log or error message the host keeps.
+    pub fn max_message_bytes(mut self, bytes: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .max_message_bytes = Some(bytes);
+        self
+    }
+
+    /// How many log lines per second, and at once, the sink may write.
+    pub fn log_rate(mut self, lines_per_second: u64, burst: u64) -> Self {
+        let limits = self.limits.get_or_insert_with(Limits::default);
+        limits.log_lines_per_second = Some(lines_per_second);
+        limits.log_burst = Some(burst);
         self
     }
 

@@ -4,9 +4,9 @@
 //! [`BlobScope`]; the contract's `blobstore` interface calls it.
 
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use futures::TryStreamExt;
+use futures::StreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -16,6 +16,7 @@ use tokio::runtime::Handle;
 use wasmtime::component::Linker;
 use weir_contract::blob_path::{self, TEMP_MARKER};
 
+use super::blob_walk::{self, WalkError};
 use super::{Capability, Grants};
 use crate::runtime::instance::HostState;
 use crate::runtime::wit;
@@ -46,6 +47,42 @@ pub struct ObjectMeta {
     pub size: u64,
 }
 
+/// What one sink may make the host store or hold through its blob store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobLimits {
+    /// The sink's name, so the host's own report of a refusal names it.
+    pub sink: String,
+    /// The most bytes the root may hold (`limits.max_stored_mb`).
+    pub max_stored_bytes: u64,
+    /// The largest single put (`limits.max_object_mb`).
+    pub max_put_bytes: u64,
+    /// The largest single get or ranged get (`limits.max_object_mb`, and
+    /// at most `limits.memory_mb`: the sink could not hold more).
+    pub max_read_bytes: u64,
+    /// The most entries one list returns (`limits.max_list_entries`).
+    pub max_list_entries: usize,
+}
+
+impl BlobLimits {
+    /// The defaults of the pipeline config, for a root at `url`.
+    pub fn defaults(url: &str) -> Self {
+        let limits = crate::config::LimitsConfig::default();
+        BlobLimits::from_config("", url, &limits)
+    }
+
+    /// The limits an operator set for sink `sink` with its root at `url`.
+    pub fn from_config(sink: &str, url: &str, limits: &crate::config::LimitsConfig) -> Self {
+        let object = limits.max_object_mb.saturating_mul(1 << 20);
+        BlobLimits {
+            sink: sink.to_string(),
+            max_stored_bytes: limits.max_stored_bytes(url),
+            max_put_bytes: object,
+            max_read_bytes: object.min(limits.memory_mb.saturating_mul(1 << 20)),
+            max_list_entries: usize::try_from(limits.max_list_entries).unwrap_or(usize::MAX),
+        }
+    }
+}
+
 /// One sink's view of storage: every path is relative to the granted root.
 pub struct BlobScope {
     store: Arc<dyn ObjectStore>,
@@ -53,6 +90,13 @@ pub struct BlobScope {
     local_root: Option<PathBuf>,
     description: String,
     runtime: Handle,
+    limits: BlobLimits,
+    /// The bytes the root holds, counted at the first write and kept up to
+    /// date by every put and delete; the lock also orders them.
+    stored: Mutex<Option<u64>>,
+    /// Whether the host already reported a refused write (once is enough:
+    /// a sink may retry forever).
+    reported: std::sync::atomic::AtomicBool,
 }
 
 /// Why a granted root cannot be opened.
@@ -79,13 +123,17 @@ impl BlobScope {
             url: url.to_string(),
             detail,
         };
+        let scope = |store: Arc<dyn ObjectStore>, local_root, description| BlobScope {
+            store,
+            local_root,
+            description,
+            runtime: runtime.clone(),
+            limits: BlobLimits::defaults(url),
+            stored: Mutex::new(None),
+            reported: Default::default(),
+        };
         if url == "memory://" || url == "memory:" {
-            return Ok(BlobScope {
-                store: Arc::new(InMemory::new()),
-                local_root: None,
-                description: "memory://".into(),
-                runtime,
-            });
+            return Ok(scope(Arc::new(InMemory::new()), None, "memory://".into()));
         }
         let local = match url.strip_prefix("file://") {
             Some(rest) => Some(PathBuf::from(rest)),
@@ -106,12 +154,8 @@ impl BlobScope {
             let store = LocalFileSystem::new_with_prefix(&root)
                 .map_err(|e| fail(e.to_string()))?
                 .with_automatic_cleanup(true);
-            return Ok(BlobScope {
-                store: Arc::new(store),
-                description: root.display().to_string(),
-                local_root: Some(root),
-                runtime,
-            });
+            let description = root.display().to_string();
+            return Ok(scope(Arc::new(store), Some(root), description));
         }
         let parsed = url::Url::parse(url).map_err(|e| fail(format!("not a URL: {e}")))?;
         let (store, prefix) = object_store::parse_url_opts(&parsed, options.iter().cloned())
@@ -121,12 +165,13 @@ impl BlobScope {
         } else {
             Arc::new(PrefixStore::new(store, prefix))
         };
-        Ok(BlobScope {
-            store,
-            local_root: None,
-            description: url.to_string(),
-            runtime,
-        })
+        Ok(scope(store, None, url.to_string()))
+    }
+
+    /// Replaces the default limits with the operator's.
+    pub fn with_limits(mut self, limits: BlobLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The root, as an operator recognises it in a message.
@@ -136,12 +181,7 @@ impl BlobScope {
 
     /// Reads a whole object.
     pub fn get(&self, path: &str) -> Result<Vec<u8>, BlobError> {
-        let location = self.check(path)?;
-        self.block(async {
-            let result = self.store.get(&location).await?;
-            Ok(result.bytes().await?.to_vec())
-        })
-        .map_err(|e| map_error(path, e))
+        self.get_range(path, 0, u64::MAX)
     }
 
     /// Reads up to `length` bytes from `offset`; fewer at the object's end.
@@ -152,16 +192,24 @@ impl BlobScope {
             let start = offset.min(size);
             let end = offset.saturating_add(length).min(size);
             if start == end {
-                return Ok(Vec::new());
+                return Ok(Ok(Vec::new()));
+            }
+            if end - start > self.limits.max_read_bytes {
+                return Ok(Err(self.refuse(format!(
+                    "reading {} of `{path}` is over the largest read of {} \
+                     (limits.max_object_mb, and at most limits.memory_mb)",
+                    mib(end - start),
+                    mib(self.limits.max_read_bytes)
+                ))));
             }
             let options = GetOptions {
                 range: Some(GetRange::Bounded(start..end)),
                 ..Default::default()
             };
             let result = self.store.get_opts(&location, options).await?;
-            Ok(result.bytes().await?.to_vec())
+            Ok(Ok(result.bytes().await?.to_vec()))
         })
-        .map_err(|e| map_error(path, e))
+        .map_err(|e| map_error(path, e))?
     }
 
     /// Writes an object atomically, replacing any object at `path`.
@@ -176,6 +224,39 @@ impl BlobScope {
 
     fn put_with(&self, path: &str, data: Vec<u8>, mode: PutMode) -> Result<(), BlobError> {
         let location = self.check(path)?;
+        let size = data.len() as u64;
+        if size > self.limits.max_put_bytes {
+            return Err(self.refuse(format!(
+                "put of {} to `{path}` is over the largest object of {} (limits.max_object_mb)",
+                mib(size),
+                mib(self.limits.max_put_bytes)
+            )));
+        }
+        let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
+        let before = self.stored_bytes(&mut stored)?;
+        let replaced = self.size_of(path, &location)?;
+        let after = before.saturating_sub(replaced).saturating_add(size);
+        if after > self.limits.max_stored_bytes && size > replaced {
+            return Err(self.refuse(format!(
+                "put of {} to `{path}` would bring the root to {}, over its quota of {} \
+                 (limits.max_stored_mb)",
+                mib(size),
+                mib(after),
+                mib(self.limits.max_stored_bytes)
+            )));
+        }
+        self.put_unchecked(path, &location, data, mode)?;
+        *stored = Some(after);
+        Ok(())
+    }
+
+    fn put_unchecked(
+        &self,
+        path: &str,
+        location: &Path,
+        data: Vec<u8>,
+        mode: PutMode,
+    ) -> Result<(), BlobError> {
         if let Some(root) = &self.local_root {
             return put_durably(root, path, &data, mode);
         }
@@ -185,7 +266,7 @@ impl BlobScope {
                 ..Default::default()
             };
             self.store
-                .put_opts(&location, PutPayload::from(data), options)
+                .put_opts(location, PutPayload::from(data), options)
                 .await?;
             Ok(())
         })
@@ -208,30 +289,113 @@ impl BlobScope {
         if !prefix.is_empty() && !prefix.ends_with('/') {
             self.check(prefix)?;
         }
-        let listed: Vec<object_store::ObjectMeta> = self
-            .block(async { self.store.list(folder_path.as_ref()).try_collect().await })
+        let most = self.limits.max_list_entries;
+        let too_many = || {
+            self.refuse(format!(
+                "listing `{prefix}` found more than {most} entries (limits.max_list_entries); \
+                 list a narrower prefix"
+            ))
+        };
+        if let Some(root) = &self.local_root {
+            return blob_walk::list(root, folder, prefix, most.saturating_mul(2))
+                .map_err(|e| match e {
+                    WalkError::TooMany => too_many(),
+                    WalkError::Io(e) => BlobError::Io(format!("{prefix}: {e}")),
+                })
+                .and_then(|found| match found.len() > most {
+                    true => Err(too_many()),
+                    false => Ok(found),
+                });
+        }
+        // Stop reading the listing at the bound, so a huge prefix cannot
+        // make the host hold it all.
+        let listed = self
+            .block(async {
+                let mut found = Vec::new();
+                let mut stream = self.store.list(folder_path.as_ref());
+                while let Some(meta) = stream.next().await {
+                    let meta = meta?;
+                    let path = meta.location.to_string();
+                    if path.starts_with(prefix) && !blob_path::is_temporary(&path) {
+                        if found.len() == most {
+                            return Ok(None);
+                        }
+                        found.push(ObjectMeta {
+                            path,
+                            size: meta.size,
+                        });
+                    }
+                }
+                Ok(Some(found))
+            })
             .map_err(|e| map_error(prefix, e))?;
-        Ok(listed
-            .into_iter()
-            .map(|m| ObjectMeta {
-                path: m.location.to_string(),
-                size: m.size,
-            })
-            .filter(|m| {
-                m.path.starts_with(prefix)
-                    && !blob_path::is_temporary(&m.path)
-                    && self.may_list(&m.path)
-            })
-            .collect())
+        listed.ok_or_else(too_many)
     }
 
     /// Deletes an object; a missing one is success.
     pub fn delete(&self, path: &str) -> Result<(), BlobError> {
         let location = self.check(path)?;
+        let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
+        let before = self.stored_bytes(&mut stored)?;
+        let removed = self.size_of(path, &location)?;
         match self.block(self.store.delete(&location)) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                *stored = Some(before.saturating_sub(removed));
+                Ok(())
+            }
             Err(e) => Err(map_error(path, e)),
         }
+    }
+
+    /// The bytes the root holds, counted once (at the first write) by
+    /// listing it; later writes keep the count.
+    fn stored_bytes(&self, stored: &mut Option<u64>) -> Result<u64, BlobError> {
+        if let Some(bytes) = *stored {
+            return Ok(bytes);
+        }
+        let io = |e: String| BlobError::Io(format!("counting what the root holds: {e}"));
+        let bytes = match &self.local_root {
+            Some(root) => blob_walk::stored_bytes(root).map_err(|e| io(e.to_string()))?,
+            None => self
+                .block(async {
+                    let mut total = 0u64;
+                    let mut stream = self.store.list(None);
+                    while let Some(meta) = stream.next().await {
+                        total = total.saturating_add(meta?.size);
+                    }
+                    Ok(total)
+                })
+                .map_err(|e| io(e.to_string()))?,
+        };
+        *stored = Some(bytes);
+        Ok(bytes)
+    }
+
+    /// The size of the object at `path`, 0 if there is none.
+    fn size_of(&self, path: &str, location: &Path) -> Result<u64, BlobError> {
+        if let Some(root) = &self.local_root {
+            return match std::fs::symlink_metadata(root.join(path)) {
+                Ok(meta) if meta.is_file() => Ok(meta.len()),
+                Ok(_) => Ok(0),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+                Err(e) => Err(BlobError::Io(format!("{path}: {e}"))),
+            };
+        }
+        match self.block(self.store.head(location)) {
+            Ok(meta) => Ok(meta.size),
+            Err(object_store::Error::NotFound { .. }) => Ok(0),
+            Err(e) => Err(map_error(path, e)),
+        }
+    }
+
+    /// A refusal the sink sees as `denied`; the host reports the first
+    /// one itself, naming the sink, since the sink may swallow it.
+    fn refuse(&self, detail: String) -> BlobError {
+        use std::sync::atomic::Ordering;
+        if !self.reported.swap(true, Ordering::Relaxed) {
+            tracing::warn!(sink = %self.limits.sink, "sink `{}` refused: {detail}", self.limits.sink);
+        }
+        BlobError::Denied(detail)
     }
 
     fn block<T>(
@@ -250,15 +414,6 @@ impl BlobScope {
             blob_path::check_links(root, path).map_err(deny)?;
         }
         Path::parse(path).map_err(|e| BlobError::Denied(format!("path `{path}`: {e}")))
-    }
-
-    /// Whether a listed object may be shown: in a local root, object_store
-    /// follows every link, also one planted to lead out of the root.
-    fn may_list(&self, path: &str) -> bool {
-        match &self.local_root {
-            Some(root) => blob_path::check_links(root, path).is_ok(),
-            None => true,
-        }
     }
 }
 
@@ -309,6 +464,15 @@ fn put_durably(root: &FsPath, path: &str, data: &[u8], mode: PutMode) -> Result<
     std::fs::File::open(folder)
         .and_then(|dir| dir.sync_all())
         .map_err(io)
+}
+
+/// Bytes as an operator reads them in a message.
+fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// The blob store capability.
@@ -436,6 +600,53 @@ mod tests {
         let mut listed: Vec<_> = s.list("").unwrap().into_iter().map(|m| m.path).collect();
         listed.sort();
         assert_eq!(listed, ["alias/ok", "real/ok"]);
+    }
+
+    #[test]
+    fn a_link_loop_does_not_break_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_rt, s) = scope(dir.path());
+        let root = dir.path().join("root");
+        s.put("a/one", b"1".to_vec()).unwrap();
+        s.put("b/two", b"2".to_vec()).unwrap();
+        std::os::unix::fs::symlink(&root, root.join("a/up")).unwrap();
+        std::os::unix::fs::symlink(root.join("b"), root.join("a/to-b")).unwrap();
+        std::os::unix::fs::symlink(root.join("a"), root.join("b/to-a")).unwrap();
+        let mut listed: Vec<_> = s.list("").unwrap().into_iter().map(|m| m.path).collect();
+        listed.sort();
+        assert_eq!(listed, ["a/one", "a/to-b/two", "b/to-a/one", "b/two"]);
+    }
+
+    #[test]
+    fn stores_are_bounded_by_the_quota_and_calls_by_their_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("root")).unwrap();
+        std::fs::write(dir.path().join("root/old"), vec![1; 400]).unwrap();
+        let (_rt, s) = scope(dir.path());
+        let s = s.with_limits(BlobLimits {
+            sink: "s".into(),
+            max_stored_bytes: 1000,
+            max_put_bytes: 500,
+            max_read_bytes: 300,
+            max_list_entries: 3,
+        });
+        s.put("a", vec![0; 500]).unwrap();
+        let denied = |r: Result<(), BlobError>| match r {
+            Err(BlobError::Denied(m)) => m,
+            other => panic!("not denied: {other:?}"),
+        };
+        assert!(denied(s.put("b", vec![0; 200])).contains("limits.max_stored_mb"));
+        assert!(denied(s.put("b", vec![0; 501])).contains("limits.max_object_mb"));
+        // Overwriting and deleting give room back.
+        s.put("a", vec![0; 100]).unwrap();
+        s.put("b", vec![0; 450]).unwrap();
+        s.delete("old").unwrap();
+        s.put("c", vec![0; 400]).unwrap();
+        assert!(matches!(s.get("b"), Err(BlobError::Denied(m)) if m.contains("max_object_mb")));
+        assert_eq!(s.get_range("b", 0, 300).unwrap().len(), 300);
+        assert_eq!(s.list("").unwrap().len(), 3);
+        s.put("d", vec![0; 1]).unwrap();
+        assert!(matches!(s.list(""), Err(BlobError::Denied(m)) if m.contains("max_list_entries")));
     }
 
     #[test]

@@ -1,5 +1,9 @@
 //! The log capability: a sink's messages go into the host's log, tagged
-//! with the sink's name.
+//! with the sink's name: one line per message, cut to a bound, escaped,
+//! and rate-limited per instance.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::Linker;
 
@@ -15,9 +19,7 @@ impl Capability for Log {
     type State = SinkLog;
 
     fn instance_state(grants: &Grants) -> SinkLog {
-        SinkLog {
-            sink: grants.sink_name.clone(),
-        }
+        SinkLog::new(&grants.sink_name, grants.log)
     }
 
     fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
@@ -40,15 +42,82 @@ pub enum LogLevel {
     Error,
 }
 
-/// One instance's log: where its messages go and under which name.
-#[derive(Debug, Clone)]
+/// How much one sink may log: each message is cut to `max_message_bytes`
+/// (`limits.max_message_bytes`, which bounds the sink's error messages too),
+/// and lines pass a token bucket refilled at `lines_per_second`
+/// (`limits.log_lines_per_second`) holding at most `burst`
+/// (`limits.log_burst`); the lines it drops are counted and reported in one
+/// line at most once a [`DROP_REPORT_INTERVAL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    /// The longest message kept, in bytes, after escaping.
+    pub max_message_bytes: usize,
+    /// Lines per second on average.
+    pub lines_per_second: u64,
+    /// Lines at once after a quiet spell.
+    pub burst: u64,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits::from_config(&crate::config::LimitsConfig::default())
+    }
+}
+
+impl LogLimits {
+    /// The limits an operator set for a sink.
+    pub fn from_config(limits: &crate::config::LimitsConfig) -> Self {
+        LogLimits {
+            max_message_bytes: usize::try_from(limits.max_message_bytes).unwrap_or(usize::MAX),
+            lines_per_second: limits.log_lines_per_second,
+            burst: limits.log_burst,
+        }
+    }
+}
+
+/// How often, at most, a sink's dropped lines are reported.
+pub const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// One instance's log: where its messages go, under which name, and how
+/// many it may still write.
+#[derive(Debug)]
 pub struct SinkLog {
     sink: String,
+    limits: LogLimits,
+    bucket: Mutex<Bucket>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+    dropped: u64,
+    reported: Instant,
 }
 
 impl SinkLog {
-    /// Writes one message from the sink.
+    /// A log for sink `sink` under `limits`, its bucket full.
+    pub fn new(sink: &str, limits: LogLimits) -> Self {
+        let now = Instant::now();
+        SinkLog {
+            sink: sink.to_string(),
+            limits,
+            bucket: Mutex::new(Bucket {
+                tokens: limits.burst as f64,
+                refilled: now,
+                dropped: 0,
+                reported: now,
+            }),
+        }
+    }
+
+    /// Writes one message from the sink, as one line: cut, escaped, and
+    /// only if the sink has not logged too fast.
     pub fn write(&self, level: LogLevel, message: &str) {
+        if !self.admit() {
+            return;
+        }
+        let message = escape_and_cut(message, self.limits.max_message_bytes);
         let sink = self.sink.as_str();
         match level {
             LogLevel::Trace => tracing::trace!(sink, "{message}"),
@@ -57,5 +126,122 @@ impl SinkLog {
             LogLevel::Warn => tracing::warn!(sink, "{message}"),
             LogLevel::Error => tracing::error!(sink, "{message}"),
         }
+    }
+
+    /// A message the sink handed the host in an error, made safe to log
+    /// and keep: cut to the same bound and escaped to one line.
+    pub fn error_message(&self, message: &str) -> String {
+        escape_and_cut(message, self.limits.max_message_bytes)
+    }
+
+    /// Takes a token if there is one; counts the line as dropped if not,
+    /// and reports what was dropped once an interval has passed.
+    fn admit(&self) -> bool {
+        let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let refill = now.duration_since(bucket.refilled).as_secs_f64();
+        bucket.tokens = (bucket.tokens + refill * self.limits.lines_per_second as f64)
+            .min(self.limits.burst as f64);
+        bucket.refilled = now;
+        if bucket.dropped > 0 && now.duration_since(bucket.reported) >= DROP_REPORT_INTERVAL {
+            self.report_dropped(&mut bucket, now);
+        }
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return true;
+        }
+        if bucket.dropped == 0 {
+            bucket.reported = now;
+        }
+        bucket.dropped += 1;
+        false
+    }
+
+    fn report_dropped(&self, bucket: &mut Bucket, now: Instant) {
+        let sink = self.sink.as_str();
+        tracing::warn!(
+            sink,
+            "sink `{sink}` logged too fast: {} lines dropped in {:.1} s \
+             (limits.log_lines_per_second = {}, limits.log_burst = {})",
+            bucket.dropped,
+            now.duration_since(bucket.reported).as_secs_f64(),
+            self.limits.lines_per_second,
+            self.limits.burst
+        );
+        bucket.dropped = 0;
+        bucket.reported = now;
+    }
+}
+
+impl Drop for SinkLog {
+    /// Lines dropped since the last report are reported when the instance
+    /// goes, so a flood just before the end is not silent.
+    fn drop(&mut self) {
+        let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        if bucket.dropped > 0 {
+            self.report_dropped(&mut bucket, Instant::now());
+        }
+    }
+}
+
+/// One line of at most about `max` bytes: newlines, carriage returns and
+/// other control characters (terminal escapes included) written as
+/// escapes, so a message cannot start a line of its own that looks like
+/// the host's; a longer message is cut and says how long it was.
+pub fn escape_and_cut(message: &str, max: usize) -> String {
+    let mut out = String::with_capacity(message.len().min(max) + 48);
+    for (at, c) in message.char_indices() {
+        let before = out.len();
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => out.push(c),
+        }
+        if out.len() > max {
+            out.truncate(before);
+            out.push_str(&format!(
+                " [cut: {} more of {} bytes]",
+                message.len() - at,
+                message.len()
+            ));
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_stays_one_line_and_is_cut() {
+        let forged = "ok\n2030-01-01T00:00:00Z  INFO weir::pipeline: forged\r\u{1b}[2K";
+        let line = escape_and_cut(forged, 4096);
+        assert!(!line.contains('\n') && !line.contains('\r') && !line.contains('\u{1b}'));
+        assert!(line.starts_with("ok\\n2030"), "{line}");
+        let long = "é".repeat(10_000);
+        let cut = escape_and_cut(&long, 100);
+        assert!(cut.len() < 160, "{cut}");
+        assert!(cut.ends_with("of 20000 bytes]"), "{cut}");
+    }
+
+    #[test]
+    fn a_flood_is_cut_to_the_burst() {
+        let log = SinkLog::new(
+            "s",
+            LogLimits {
+                max_message_bytes: 100,
+                lines_per_second: 1,
+                burst: 5,
+            },
+        );
+        let admitted = (0..1000).filter(|_| log.admit()).count();
+        assert!((5..=6).contains(&admitted), "{admitted}");
+        assert!(log.bucket.lock().unwrap().dropped >= 994);
     }
 }

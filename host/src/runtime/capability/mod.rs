@@ -12,6 +12,7 @@
 //! A new capability is one more module here and one more field in
 //! [`CapabilityStates`]; nothing above the runtime changes.
 
+mod blob_walk;
 pub mod blobstore;
 pub mod log;
 
@@ -21,7 +22,7 @@ use wasmtime::component::Linker;
 
 use super::instance::HostState;
 use blobstore::{BlobScope, Blobstore};
-use log::Log;
+use log::{Log, LogLimits};
 
 /// One host capability a sink may import.
 pub trait Capability {
@@ -46,6 +47,8 @@ pub struct Grants {
     pub sink_name: String,
     /// The one blob-store root it may use.
     pub blob: Arc<BlobScope>,
+    /// How much it may log, and how long its messages may be.
+    pub log: LogLimits,
 }
 
 /// The per-instance state of every capability.

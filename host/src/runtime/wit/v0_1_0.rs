@@ -169,8 +169,8 @@ impl SinkExports {
         pipeline: &str,
         config: &[(String, String)],
     ) -> Answer<()> {
-        let answer = self.sink.call_open(store, pipeline, config)?;
-        Ok(answer.map_err(Into::into))
+        let answer = self.sink.call_open(&mut *store, pipeline, config)?;
+        Ok(answer.map_err(|e| sink_error(store, e)))
     }
 
     pub fn write(
@@ -179,8 +179,8 @@ impl SinkExports {
         header: &BatchHeader,
         ipc: &[u8],
     ) -> Answer<()> {
-        let answer = self.sink.call_write(store, &batch(header), ipc)?;
-        Ok(answer.map_err(Into::into))
+        let answer = self.sink.call_write(&mut *store, &batch(header), ipc)?;
+        Ok(answer.map_err(|e| sink_error(store, e)))
     }
 
     pub fn commit(&self, store: &mut Store<HostState>, request: &CommitRequest) -> Answer<()> {
@@ -190,8 +190,8 @@ impl SinkExports {
             pipeline: request.pipeline.clone(),
             epoch: request.epoch,
         };
-        let answer = self.sink.call_commit(store, &request)?;
-        Ok(answer.map_err(Into::into))
+        let answer = self.sink.call_commit(&mut *store, &request)?;
+        Ok(answer.map_err(|e| sink_error(store, e)))
     }
 
     pub fn abort(&self, store: &mut Store<HostState>, table: &str) -> wasmtime::Result<()> {
@@ -208,7 +208,7 @@ impl SinkExports {
         let Some(positions) = &self.positions else {
             return Ok(Ok(None));
         };
-        let answer = positions.call_committed(store, pipeline, table)?;
+        let answer = positions.call_committed(&mut *store, pipeline, table)?;
         Ok(answer
             .map(|found| {
                 found.map(|c| SinkPosition {
@@ -216,7 +216,7 @@ impl SinkExports {
                     epoch: c.epoch,
                 })
             })
-            .map_err(Into::into))
+            .map_err(|e| sink_error(store, e)))
     }
 }
 
@@ -247,14 +247,16 @@ fn table(table: &TableDescription) -> types::Table {
     }
 }
 
-impl From<types::SinkError> for SinkError {
-    fn from(error: types::SinkError) -> Self {
-        use types::SinkError as E;
-        match error {
-            E::Retryable(m) => SinkError::Retryable(m),
-            E::Poison(m) => SinkError::Poison(m),
-            E::Fenced(m) => SinkError::Fenced(m),
-            E::Fatal(m) => SinkError::Fatal(m),
-        }
+/// A sink's error in host terms, its message cut and escaped by the
+/// instance's log limits (`limits.max_message_bytes`) before the host logs,
+/// retries or stores it: a sink may return megabytes, and newlines.
+fn sink_error(store: &Store<HostState>, error: types::SinkError) -> SinkError {
+    use types::SinkError as E;
+    let log = &store.data().capabilities.log;
+    match error {
+        E::Retryable(m) => SinkError::Retryable(log.error_message(&m)),
+        E::Poison(m) => SinkError::Poison(log.error_message(&m)),
+        E::Fenced(m) => SinkError::Fenced(log.error_message(&m)),
+        E::Fatal(m) => SinkError::Fatal(log.error_message(&m)),
     }
 }
