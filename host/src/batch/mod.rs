@@ -17,8 +17,12 @@ use crate::change::{Change, TableSchema, Transaction, Value};
 use crate::position::Position;
 
 mod arrow;
+#[cfg(any(test, feature = "test-support"))]
+mod readback;
 
 use arrow::{arrow_schema, fits, record_batch};
+#[cfg(any(test, feature = "test-support"))]
+pub use readback::value_at;
 pub use weir_contract::{CONTROL_COLUMNS, ContextField, MetadataColumn, OP_COLUMN, POS_COLUMN};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,13 +1,9 @@
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
-};
 
 use super::*;
 use crate::change::{Column, Op};
 use crate::source::Source;
 use crate::source::generator::{self, ExpectedState, Generator, GeneratorConfig};
-use arrow_array::ArrayRef;
 use arrow_schema::DataType;
 use weir_contract::utc_micros;
 
@@ -113,29 +109,6 @@ fn strings(batch: &TableBatch, column: &str) -> Vec<Option<String>> {
         .unwrap()
         .as_string::<i32>();
     array.iter().map(|s| s.map(str::to_string)).collect()
-}
-
-/// Reads a value back from Arrow, for round-trip checks.
-fn value_at(array: &ArrayRef, row: usize) -> Value {
-    if array.is_null(row) {
-        return Value::Null;
-    }
-    match array.data_type() {
-        DataType::Boolean => Value::Bool(array.as_boolean().value(row)),
-        DataType::Int32 => Value::Int32(array.as_primitive::<Int32Type>().value(row)),
-        DataType::Int64 => Value::Int64(array.as_primitive::<Int64Type>().value(row)),
-        DataType::Float64 => Value::Float64(array.as_primitive::<Float64Type>().value(row)),
-        DataType::Decimal128(..) => {
-            Value::Decimal128(array.as_primitive::<Decimal128Type>().value(row))
-        }
-        DataType::Date32 => Value::Date32(array.as_primitive::<Date32Type>().value(row)),
-        DataType::Timestamp(..) => {
-            Value::TimestampMicros(array.as_primitive::<TimestampMicrosecondType>().value(row))
-        }
-        DataType::Utf8 => Value::Utf8(array.as_string::<i32>().value(row).to_string()),
-        DataType::Binary => Value::Binary(array.as_binary::<i32>().value(row).to_vec()),
-        other => panic!("unexpected type {other}"),
-    }
 }
 
 /// The batch's rows as changes (without commit timestamps).

@@ -14,7 +14,7 @@ use iceberg::TableIdent;
 use iceberg::io::FileIO;
 use iceberg::table::StaticTable;
 use weir_sdk::native::{NativeSink, encode_ipc};
-use weir_sdk::{BatchMeta, CommitRequest, Committed, RecordBatch, SinkError, Table};
+use weir_sdk::{BatchMeta, CommitRequest, Committed, Mode, Op, RecordBatch, SinkError, Table};
 use weir_test_support::BatchBuilder;
 
 use super::*;

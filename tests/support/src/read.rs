@@ -4,11 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
-};
 use arrow_array::{Array, RecordBatch};
-use arrow_schema::DataType;
+pub use weir::batch::value_at;
 use weir::change::{Op, TableSchema, Value};
 use weir_contract::{OP_COLUMN, POS_COLUMN};
 
@@ -114,35 +111,4 @@ pub fn changes(table: &TableSchema, batches: &[RecordBatch]) -> Vec<ReadChange> 
         }
     }
     out
-}
-
-/// One cell as a [`Value`], by the array's own type (lists recursively).
-pub fn value_at(array: &dyn Array, row: usize) -> Value {
-    if array.is_null(row) {
-        return Value::Null;
-    }
-    match array.data_type() {
-        DataType::Boolean => Value::Bool(array.as_boolean().value(row)),
-        DataType::Int32 => Value::Int32(array.as_primitive::<Int32Type>().value(row)),
-        DataType::Int64 => Value::Int64(array.as_primitive::<Int64Type>().value(row)),
-        DataType::Float64 => Value::Float64(array.as_primitive::<Float64Type>().value(row)),
-        DataType::Decimal128(_, _) => {
-            Value::Decimal128(array.as_primitive::<Decimal128Type>().value(row))
-        }
-        DataType::Utf8 => Value::Utf8(array.as_string::<i32>().value(row).to_string()),
-        DataType::Binary => Value::Binary(array.as_binary::<i32>().value(row).to_vec()),
-        DataType::Date32 => Value::Date32(array.as_primitive::<Date32Type>().value(row)),
-        DataType::Timestamp(_, _) => {
-            Value::TimestampMicros(array.as_primitive::<TimestampMicrosecondType>().value(row))
-        }
-        DataType::List(_) => {
-            let list = array.as_list::<i32>().value(row);
-            Value::List(
-                (0..list.len())
-                    .map(|i| value_at(list.as_ref(), i))
-                    .collect(),
-            )
-        }
-        other => panic!("unexpected column type {other}"),
-    }
 }
