@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir::runtime::plugin;
-use weir::runtime::{BlobScope, Limits, Plugin, WasmEngine};
+use weir::runtime::{BlobScope, Limits, Plugin, SinkInstance, WasmEngine};
 use weir_sdk::native::NativeSink;
 
 mod support;
@@ -54,9 +54,8 @@ fn main() {
             io.handle().clone(),
         )
         .unwrap();
-        let mut instance = loaded
-            .instantiate("bench", Arc::new(blob), &limits)
-            .unwrap();
+        let mut instance =
+            SinkInstance::instantiate(&loaded, "bench", Arc::new(blob), &limits).unwrap();
         instance.open("bench", &[]).unwrap();
         let started = Instant::now();
         for p in &batches {

@@ -6,15 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-mod cause;
-
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::WasiCtxBuilder;
 use weir_core::CommitRequest;
 
-use super::capability::{CapabilityStates, Grants};
+use super::capability::{CapabilityStates, Grants, blobstore::BlobScope};
+use super::cause;
 use super::engine::EPOCH_TICK;
+use super::host_state::HostState;
 use super::plugin::{Plugin, PluginInfo};
 use super::types::{BatchHeader, SinkError, SinkPosition};
 use super::wit::{Answer, SinkExports};
@@ -59,56 +59,6 @@ pub enum CallError {
     Memory(String),
 }
 
-/// Per-instance state the host functions see.
-pub struct HostState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    pub(super) capabilities: CapabilityStates,
-    memory_limit: usize,
-    memory_exhausted: bool,
-    /// The tail of the guest's stderr, to quote a panic message.
-    stderr: cause::StderrTail,
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl wasmtime::ResourceLimiter for HostState {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
-            self.memory_exhausted = true;
-            // An error (rather than `false`) traps at once with this
-            // message instead of letting the guest's allocator abort.
-            return Err(wasmtime::format_err!(
-                "memory limit of {} MiB reached (asked for {} MiB)",
-                self.memory_limit >> 20,
-                desired >> 20
-            ));
-        }
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
-    }
-}
-
 /// One live instance of a plugin. After a trap it is unusable (a trapped
 /// component instance cannot be entered again); make a new one.
 pub struct SinkInstance {
@@ -119,6 +69,22 @@ pub struct SinkInstance {
 }
 
 impl SinkInstance {
+    /// A fresh instance of `plugin` for the sink `sink_name`, granted `blob`
+    /// and held to `limits`.
+    pub fn instantiate(
+        plugin: &Arc<Plugin>,
+        sink_name: &str,
+        blob: Arc<BlobScope>,
+        limits: &Limits,
+    ) -> Result<Self, CallError> {
+        let grants = Grants {
+            sink_name: sink_name.to_string(),
+            blob,
+            log: limits.log,
+        };
+        Self::new(plugin.clone(), &grants, limits)
+    }
+
     /// A fresh instance of `plugin` with its own store, limits and grants.
     pub fn new(plugin: Arc<Plugin>, grants: &Grants, limits: &Limits) -> Result<Self, CallError> {
         // No preopened folders, no environment, no arguments, no network:

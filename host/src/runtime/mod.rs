@@ -7,7 +7,9 @@
 //! in the private `wit` module.
 
 pub mod capability;
+mod cause;
 pub mod engine;
+pub mod host_state;
 pub mod instance;
 pub mod plugin;
 pub mod types;

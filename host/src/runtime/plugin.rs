@@ -3,13 +3,12 @@
 //! for `weir plugin inspect`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use wasmtime::component::{InstancePre, Linker, types::ComponentItem};
 
-use super::capability::{self, Grants, blobstore::BlobScope};
+use super::capability;
 use super::engine::{EngineError, WasmEngine, digest};
-use super::instance::{CallError, HostState, Limits, SinkInstance};
+use super::host_state::HostState;
 use super::wit;
 
 /// Why a plugin cannot be loaded.
@@ -88,8 +87,7 @@ pub fn linker(engine: &WasmEngine) -> Result<SinkLinker, EngineError> {
     let config = |e: wasmtime::Error| EngineError::Config(format!("{e:#}"));
     let mut linker = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(config)?;
-    wit::add_shared_to_linker(&mut linker).map_err(config)?;
-    capability::add_to_linker(&mut linker).map_err(config)?;
+    wit::add_to_linker(&mut linker).map_err(config)?;
     Ok(linker)
 }
 
@@ -139,21 +137,6 @@ impl Plugin {
                 }
             })?;
         Ok(Plugin { info, pre, exports })
-    }
-
-    /// A fresh, sandboxed instance with its own store and limits.
-    pub fn instantiate(
-        self: &Arc<Self>,
-        sink_name: &str,
-        blob: Arc<BlobScope>,
-        limits: &Limits,
-    ) -> Result<SinkInstance, CallError> {
-        let grants = Grants {
-            sink_name: sink_name.to_string(),
-            blob,
-            log: limits.log,
-        };
-        SinkInstance::new(self.clone(), &grants, limits)
     }
 
     pub(super) fn pre(&self) -> &InstancePre<HostState> {

@@ -20,7 +20,7 @@ use backon::{BlockingRetryable, ExponentialBuilder};
 use weir_core::CommitRequest;
 
 use super::capability::blobstore::BlobScope;
-use super::instance::{CallError, Limits};
+use super::instance::{CallError, Limits, SinkInstance};
 use super::plugin::{Plugin, PluginInfo};
 use super::types::{BatchHeader, SinkError, SinkPosition};
 
@@ -353,8 +353,7 @@ fn worker_main(
 ) {
     let started = watch
         .run("instantiate", || {
-            spec.plugin
-                .instantiate(&spec.name, spec.blob.clone(), &spec.limits)
+            SinkInstance::instantiate(&spec.plugin, &spec.name, spec.blob.clone(), &spec.limits)
         })
         .and_then(|mut instance| {
             watch.run("open", || instance.open(&spec.pipeline, &spec.config))?;

@@ -9,7 +9,14 @@ use std::path::{Path, PathBuf};
 
 use weir_contract::blob_path;
 
-use super::blobstore::ObjectMeta;
+/// An object found by `list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Relative to the root.
+    pub path: String,
+    /// In bytes.
+    pub size: u64,
+}
 
 /// Why a walk stopped early.
 #[derive(Debug)]

@@ -13,13 +13,11 @@ use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
 use tokio::runtime::Handle;
-use wasmtime::component::Linker;
 use weir_contract::blob_path::{self, TEMP_MARKER};
 
+pub use super::blob_walk::ObjectMeta;
 use super::blob_walk::{self, WalkError};
 use super::{Capability, Grants};
-use crate::runtime::instance::HostState;
-use crate::runtime::wit;
 
 /// Why a blob call failed; mirrors the WIT `blob-error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,15 +34,6 @@ pub enum BlobError {
     /// The store failed.
     #[error("store failed: {0}")]
     Io(String),
-}
-
-/// An object found by `list`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectMeta {
-    /// Relative to the root.
-    pub path: String,
-    /// In bytes.
-    pub size: u64,
 }
 
 /// What one sink may make the host store or hold through its blob store.
@@ -484,10 +473,6 @@ impl Capability for Blobstore {
 
     fn instance_state(grants: &Grants) -> Arc<BlobScope> {
         grants.blob.clone()
-    }
-
-    fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit::link_blobstore(linker, |state| state.capabilities.blobstore.as_ref())
     }
 }
 

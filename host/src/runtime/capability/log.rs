@@ -5,11 +5,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::Linker;
-
 use super::{Capability, Grants};
-use crate::runtime::instance::HostState;
-use crate::runtime::wit;
 
 /// The log capability.
 pub struct Log;
@@ -20,10 +16,6 @@ impl Capability for Log {
 
     fn instance_state(grants: &Grants) -> SinkLog {
         SinkLog::new(&grants.sink_name, grants.log)
-    }
-
-    fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit::link_log(linker, |state| &state.capabilities.log)
     }
 }
 

@@ -4,13 +4,15 @@
 //! 1. at load, a plugin may import a capability's interface
 //!    ([`Capability::INTERFACE`]); an import no capability provides is
 //!    refused before anything runs;
-//! 2. once per engine, the capability adds its host functions to the linker
-//!    ([`Capability::add_to_linker`]), for every contract version;
+//! 2. once per engine, every contract version's module links the
+//!    capability's interface to its state (`wit::add_to_linker`), reached
+//!    through [`HasCapabilities`];
 //! 3. for every instance, it builds the state those functions see from what
 //!    the operator granted the sink ([`Capability::instance_state`]).
 //!
-//! A new capability is one more module here and one more field in
-//! [`CapabilityStates`]; nothing above the runtime changes.
+//! A new capability is one more module here, one more field in
+//! [`CapabilityStates`] and its interface linked in each version module;
+//! nothing above the runtime changes.
 
 mod blob_walk;
 pub mod blobstore;
@@ -18,9 +20,6 @@ pub mod log;
 
 use std::sync::Arc;
 
-use wasmtime::component::Linker;
-
-use super::instance::HostState;
 use blobstore::{BlobScope, Blobstore};
 use log::{Log, LogLimits};
 
@@ -35,9 +34,13 @@ pub trait Capability {
 
     /// Builds one instance's state from the sink's grants.
     fn instance_state(grants: &Grants) -> Self::State;
+}
 
-    /// Adds its host functions, in every contract version the host speaks.
-    fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()>;
+/// The store data host functions reach their capability's state through.
+/// Generic, so that capabilities know nothing of the instance that holds
+/// them.
+pub trait HasCapabilities: Send + 'static {
+    fn capabilities(&mut self) -> &mut CapabilityStates;
 }
 
 /// What the operator granted one sink; every capability takes its part.
@@ -70,9 +73,3 @@ impl CapabilityStates {
 /// The interfaces the capabilities provide, in the order an operator reads
 /// them in a message.
 pub const INTERFACES: [&str; 2] = [Blobstore::INTERFACE, Log::INTERFACE];
-
-/// Adds every capability's host functions to the linker.
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    Blobstore::add_to_linker(linker)?;
-    Log::add_to_linker(linker)
-}

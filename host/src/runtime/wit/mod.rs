@@ -10,9 +10,7 @@ use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre, Linker};
 use weir_core::CommitRequest;
 
-use super::capability::blobstore::BlobScope;
-use super::capability::log::SinkLog;
-use super::instance::HostState;
+use super::capability::HasCapabilities;
 use super::types::{BatchHeader, SinkError, SinkPosition};
 
 /// The contract's package, as it prefixes import and export names.
@@ -41,25 +39,10 @@ pub fn interface_name(interface: &str, version: &str) -> String {
     format!("{PACKAGE}/{interface}@{version}")
 }
 
-/// Adds, for every version, the interfaces no capability provides.
-pub fn add_shared_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    v0_1_0::add_shared_to_linker(linker)
-}
-
-/// Adds every version's `blobstore`, served by the scope `state` picks.
-pub fn link_blobstore(
-    linker: &mut Linker<HostState>,
-    state: fn(&mut HostState) -> &BlobScope,
-) -> wasmtime::Result<()> {
-    v0_1_0::link_blobstore(linker, state)
-}
-
-/// Adds every version's `log`, served by the log `state` picks.
-pub fn link_log(
-    linker: &mut Linker<HostState>,
-    state: fn(&mut HostState) -> &SinkLog,
-) -> wasmtime::Result<()> {
-    v0_1_0::link_log(linker, state)
+/// Adds every version's interfaces: the shared `types`, and each
+/// capability's interface served by that capability's state.
+pub fn add_to_linker<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    v0_1_0::add_to_linker(linker)
 }
 
 /// Where a loaded plugin's exports sit, for the version it speaks.
@@ -70,9 +53,9 @@ pub enum ExportIndices {
 impl ExportIndices {
     /// Finds the exports of a plugin that speaks `version` (and exports
     /// `positions` when `positioned`).
-    pub fn new(
+    pub fn new<T: 'static>(
         version: &str,
-        pre: &InstancePre<HostState>,
+        pre: &InstancePre<T>,
         positioned: bool,
     ) -> wasmtime::Result<Self> {
         match version {
@@ -84,9 +67,9 @@ impl ExportIndices {
     }
 
     /// The exports of one instance.
-    pub fn load(
+    pub fn load<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         instance: &Instance,
     ) -> wasmtime::Result<SinkExports> {
         match self {
@@ -106,9 +89,9 @@ pub enum SinkExports {
 
 impl SinkExports {
     /// `sink.open`.
-    pub fn open(
+    pub fn open<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         pipeline: &str,
         config: &[(String, String)],
     ) -> Answer<()> {
@@ -118,9 +101,9 @@ impl SinkExports {
     }
 
     /// `sink.write`.
-    pub fn write(
+    pub fn write<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         header: &BatchHeader,
         ipc: &[u8],
     ) -> Answer<()> {
@@ -130,23 +113,31 @@ impl SinkExports {
     }
 
     /// `sink.commit`.
-    pub fn commit(&self, store: &mut Store<HostState>, request: &CommitRequest) -> Answer<()> {
+    pub fn commit<T: HasCapabilities>(
+        &self,
+        store: &mut Store<T>,
+        request: &CommitRequest,
+    ) -> Answer<()> {
         match self {
             Self::V0_1_0(exports) => exports.commit(store, request),
         }
     }
 
     /// `sink.abort`.
-    pub fn abort(&self, store: &mut Store<HostState>, table: &str) -> wasmtime::Result<()> {
+    pub fn abort<T: HasCapabilities>(
+        &self,
+        store: &mut Store<T>,
+        table: &str,
+    ) -> wasmtime::Result<()> {
         match self {
             Self::V0_1_0(exports) => exports.abort(store, table),
         }
     }
 
     /// `positions.committed`; `None` from a sink without `positions`.
-    pub fn committed(
+    pub fn committed<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         pipeline: &str,
         table: &str,
     ) -> Answer<Option<SinkPosition>> {

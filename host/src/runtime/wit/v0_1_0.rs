@@ -3,12 +3,12 @@
 //! this version's WIT types.
 
 use wasmtime::Store;
-use wasmtime::component::{HasData, HasSelf, Instance, InstancePre, Linker};
+use wasmtime::component::{HasData, Instance, InstancePre, Linker};
 use weir_core::{CommitRequest, Position};
 
+use crate::runtime::capability::HasCapabilities;
 use crate::runtime::capability::blobstore::{self as host_blob, BlobScope};
 use crate::runtime::capability::log::{LogLevel, SinkLog};
-use crate::runtime::instance::HostState;
 use crate::runtime::types::{BatchHeader, SinkError, SinkPosition, TableDescription};
 use crate::runtime::wit::Answer;
 
@@ -23,26 +23,30 @@ use self::weir::sink::{blobstore, log, types};
 /// The package version, as it appears in import and export names.
 pub const VERSION: &str = "0.1.0";
 
-/// Adds the interfaces that belong to no capability (`types`).
-pub fn add_shared_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    types::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+/// Adds this version's interfaces: `types`, and `blobstore` and `log`
+/// served by the instance's capability states.
+pub fn add_to_linker<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    types::add_to_linker::<T, TypesHost>(linker, |_| TypesHost)?;
+    blobstore::add_to_linker::<T, BlobstoreHost>(linker, |state| {
+        state.capabilities().blobstore.as_ref()
+    })?;
+    log::add_to_linker::<T, LogHost>(linker, |state| &state.capabilities().log)
 }
 
-impl types::Host for HostState {}
+/// `types` has no functions; this serves it.
+struct TypesHost;
+
+impl HasData for TypesHost {
+    type Data<'a> = TypesHost;
+}
+
+impl types::Host for TypesHost {}
 
 /// Serves `blobstore` from the instance's blob scope alone.
 struct BlobstoreHost;
 
 impl HasData for BlobstoreHost {
     type Data<'a> = &'a BlobScope;
-}
-
-/// Adds `blobstore`, served by the scope `state` picks out of an instance.
-pub fn link_blobstore(
-    linker: &mut Linker<HostState>,
-    state: fn(&mut HostState) -> &BlobScope,
-) -> wasmtime::Result<()> {
-    blobstore::add_to_linker::<HostState, BlobstoreHost>(linker, state)
 }
 
 impl blobstore::Host for &BlobScope {
@@ -101,14 +105,6 @@ impl HasData for LogHost {
     type Data<'a> = &'a SinkLog;
 }
 
-/// Adds `log`, served by the log `state` picks out of an instance.
-pub fn link_log(
-    linker: &mut Linker<HostState>,
-    state: fn(&mut HostState) -> &SinkLog,
-) -> wasmtime::Result<()> {
-    log::add_to_linker::<HostState, LogHost>(linker, state)
-}
-
 impl log::Host for &SinkLog {
     fn log(&mut self, level: log::Level, message: String) {
         let level = match level {
@@ -130,7 +126,7 @@ pub struct ExportIndices {
 
 impl ExportIndices {
     /// Finds `sink`, and `positions` when the plugin exports it.
-    pub fn new(pre: &InstancePre<HostState>, positioned: bool) -> wasmtime::Result<Self> {
+    pub fn new<T: 'static>(pre: &InstancePre<T>, positioned: bool) -> wasmtime::Result<Self> {
         Ok(ExportIndices {
             sink: sink::GuestIndices::new(pre)?,
             positions: match positioned {
@@ -141,9 +137,9 @@ impl ExportIndices {
     }
 
     /// The exports of one instance.
-    pub fn load(
+    pub fn load<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         instance: &Instance,
     ) -> wasmtime::Result<SinkExports> {
         Ok(SinkExports {
@@ -163,9 +159,9 @@ pub struct SinkExports {
 }
 
 impl SinkExports {
-    pub fn open(
+    pub fn open<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         pipeline: &str,
         config: &[(String, String)],
     ) -> Answer<()> {
@@ -173,9 +169,9 @@ impl SinkExports {
         Ok(answer.map_err(|e| sink_error(store, e)))
     }
 
-    pub fn write(
+    pub fn write<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         header: &BatchHeader,
         ipc: &[u8],
     ) -> Answer<()> {
@@ -183,7 +179,11 @@ impl SinkExports {
         Ok(answer.map_err(|e| sink_error(store, e)))
     }
 
-    pub fn commit(&self, store: &mut Store<HostState>, request: &CommitRequest) -> Answer<()> {
+    pub fn commit<T: HasCapabilities>(
+        &self,
+        store: &mut Store<T>,
+        request: &CommitRequest,
+    ) -> Answer<()> {
         let request = types::CommitRequest {
             table: request.table.clone(),
             high: request.high.as_bytes().to_vec(),
@@ -194,14 +194,18 @@ impl SinkExports {
         Ok(answer.map_err(|e| sink_error(store, e)))
     }
 
-    pub fn abort(&self, store: &mut Store<HostState>, table: &str) -> wasmtime::Result<()> {
+    pub fn abort<T: HasCapabilities>(
+        &self,
+        store: &mut Store<T>,
+        table: &str,
+    ) -> wasmtime::Result<()> {
         self.sink.call_abort(store, table)
     }
 
     /// The sink's record of `table`; `None` from a sink without `positions`.
-    pub fn committed(
+    pub fn committed<T: HasCapabilities>(
         &self,
-        store: &mut Store<HostState>,
+        store: &mut Store<T>,
         pipeline: &str,
         table: &str,
     ) -> Answer<Option<SinkPosition>> {
@@ -250,9 +254,9 @@ fn table(table: &TableDescription) -> types::Table {
 /// A sink's error in host terms, its message cut and escaped by the
 /// instance's log limits (`limits.max_message_bytes`) before the host logs,
 /// retries or stores it: a sink may return megabytes, and newlines.
-fn sink_error(store: &Store<HostState>, error: types::SinkError) -> SinkError {
+fn sink_error<T: HasCapabilities>(store: &mut Store<T>, error: types::SinkError) -> SinkError {
     use types::SinkError as E;
-    let log = &store.data().capabilities.log;
+    let log = &store.data_mut().capabilities().log;
     match error {
         E::Retryable(m) => SinkError::Retryable(log.error_message(&m)),
         E::Poison(m) => SinkError::Poison(log.error_message(&m)),
