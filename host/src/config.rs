@@ -544,8 +544,12 @@ sinks:
         let err = parse(&bad_meta, &[("PLUGINS", "/p")])
             .unwrap_err()
             .to_string();
+        // The YAML parser points at the value: line and column, with the
+        // line quoted, and the accepted spellings.
         assert!(
-            err.contains("metadata[0].from") && err.contains("commit_time"),
+            err.contains("line 6 column 13")
+                && err.contains("commit_time")
+                && err.contains("commit_ts"),
             "{err}"
         );
 
