@@ -134,10 +134,7 @@ fn ask(
     error: &mut Option<String>,
 ) -> Option<SinkClaim> {
     match worker.committed(pipeline, table).wait() {
-        Ok(claim) => claim.map(|c| SinkClaim {
-            position: c.position,
-            epoch: c.epoch,
-        }),
+        Ok(claim) => claim,
         Err(e) => {
             *error = Some(e.to_string());
             None

@@ -16,7 +16,7 @@ use super::cause;
 use super::engine::EPOCH_TICK;
 use super::host_state::HostState;
 use super::plugin::{Plugin, PluginInfo};
-use super::types::{BatchHeader, SinkError, SinkPosition};
+use super::types::{BatchHeader, SinkClaim, SinkError};
 use super::wit::{Answer, SinkExports};
 
 /// Resources an operator grants one sink instance.
@@ -159,7 +159,7 @@ impl SinkInstance {
         &mut self,
         pipeline: &str,
         table: &str,
-    ) -> Result<Option<SinkPosition>, CallError> {
+    ) -> Result<Option<SinkClaim>, CallError> {
         self.arm();
         let answer = self.exports.committed(&mut self.store, pipeline, table);
         self.finish(answer)

@@ -21,6 +21,6 @@ pub use engine::{EngineError, WasmEngine};
 pub use instance::{CallError, Limits, SinkInstance};
 pub use plugin::{LoadError, Plugin, PluginInfo};
 pub use types::{
-    BatchHeader, CommitRequest, MetadataColumn, SinkError, SinkPosition, TableDescription,
+    BatchHeader, CommitRequest, MetadataColumn, SinkClaim, SinkError, TableDescription,
 };
 pub use worker::{Pending, SinkWorker, WorkerSpec};

@@ -45,14 +45,10 @@ pub struct BatchHeader {
     pub rows: u32,
 }
 
-/// A committed position as a positioned sink reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SinkPosition {
-    /// The `high` of the table's last durable commit.
-    pub position: Position,
-    /// The epoch of that commit.
-    pub epoch: u64,
-}
+/// Where a positioned sink says a table stands (position and epoch of its
+/// last durable commit), as the commit core takes it: untrusted until the
+/// core has checked it.
+pub use weir_core::SinkClaim;
 
 /// A sink's own error: what it asks the host to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -22,7 +22,7 @@ use weir_core::CommitRequest;
 use super::capability::blobstore::BlobScope;
 use super::instance::{CallError, Limits, SinkInstance};
 use super::plugin::{Plugin, PluginInfo};
-use super::types::{BatchHeader, SinkError, SinkPosition};
+use super::types::{BatchHeader, SinkClaim, SinkError};
 
 /// The pause before the first retry; it doubles up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -44,7 +44,7 @@ enum Job {
     Committed {
         pipeline: String,
         table: String,
-        reply: Sender<Result<Option<SinkPosition>, CallError>>,
+        reply: Sender<Result<Option<SinkClaim>, CallError>>,
     },
     Write {
         header: BatchHeader,
@@ -272,7 +272,7 @@ impl SinkWorker {
 
     /// Asks a positioned sink where `table` stands; `None` from a sink
     /// without `positions` or for a table it never committed.
-    pub fn committed(&self, pipeline: &str, table: &str) -> Pending<Option<SinkPosition>> {
+    pub fn committed(&self, pipeline: &str, table: &str) -> Pending<Option<SinkClaim>> {
         self.call(|reply| Job::Committed {
             pipeline: pipeline.to_string(),
             table: table.to_string(),

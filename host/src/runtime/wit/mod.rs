@@ -11,7 +11,7 @@ use wasmtime::component::{Instance, InstancePre, Linker};
 use weir_core::CommitRequest;
 
 use super::capability::HasCapabilities;
-use super::types::{BatchHeader, SinkError, SinkPosition};
+use super::types::{BatchHeader, SinkClaim, SinkError};
 
 /// The contract's package, as it prefixes import and export names.
 pub const PACKAGE: &str = "weir:sink";
@@ -140,7 +140,7 @@ impl SinkExports {
         store: &mut Store<T>,
         pipeline: &str,
         table: &str,
-    ) -> Answer<Option<SinkPosition>> {
+    ) -> Answer<Option<SinkClaim>> {
         match self {
             Self::V0_1_0(exports) => exports.committed(store, pipeline, table),
         }

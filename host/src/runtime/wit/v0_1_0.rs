@@ -9,7 +9,7 @@ use weir_core::{CommitRequest, Position};
 use crate::runtime::capability::HasCapabilities;
 use crate::runtime::capability::blobstore::{self as host_blob, BlobScope};
 use crate::runtime::capability::log::{LogLevel, SinkLog};
-use crate::runtime::types::{BatchHeader, SinkError, SinkPosition, TableDescription};
+use crate::runtime::types::{BatchHeader, SinkClaim, SinkError, TableDescription};
 use crate::runtime::wit::Answer;
 
 wasmtime::component::bindgen!({
@@ -208,14 +208,14 @@ impl SinkExports {
         store: &mut Store<T>,
         pipeline: &str,
         table: &str,
-    ) -> Answer<Option<SinkPosition>> {
+    ) -> Answer<Option<SinkClaim>> {
         let Some(positions) = &self.positions else {
             return Ok(Ok(None));
         };
         let answer = positions.call_committed(&mut *store, pipeline, table)?;
         Ok(answer
             .map(|found| {
-                found.map(|c| SinkPosition {
+                found.map(|c| SinkClaim {
                     position: Position::from_bytes(c.position),
                     epoch: c.epoch,
                 })
