@@ -46,6 +46,9 @@ pub struct PipelineConfig {
     /// The folder relative paths are resolved against (the config file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// The pipeline file itself, which no sink's root may contain.
+    #[serde(skip)]
+    pub file: PathBuf,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -251,6 +254,13 @@ pub struct LimitsConfig {
     /// ...and at once, after a quiet spell; the rest is dropped and counted.
     #[serde(default = "default_log_burst")]
     pub log_burst: u64,
+    /// The largest plugin file the host reads and compiles.
+    #[serde(default = "default_max_plugin_mb")]
+    pub max_plugin_mb: u64,
+    /// How long compiling the plugin may take (a cached plugin is not
+    /// compiled again).
+    #[serde(default = "default_compile_timeout_ms")]
+    pub compile_timeout_ms: u64,
 }
 
 fn default_memory_mb() -> u64 {
@@ -279,8 +289,22 @@ fn default_log_lines_per_second() -> u64 {
 fn default_log_burst() -> u64 {
     1000
 }
+fn default_max_plugin_mb() -> u64 {
+    256
+}
+fn default_compile_timeout_ms() -> u64 {
+    120_000
+}
 
 impl LimitsConfig {
+    /// What loading the sink's plugin may cost.
+    pub fn compile_limits(&self) -> crate::runtime::engine::CompileLimits {
+        crate::runtime::engine::CompileLimits {
+            max_bytes: self.max_plugin_mb.saturating_mul(1 << 20),
+            timeout: std::time::Duration::from_millis(self.compile_timeout_ms),
+        }
+    }
+
     /// The quota of a root at `url`, in bytes.
     pub fn max_stored_bytes(&self, url: &str) -> u64 {
         let default = match url.starts_with("memory:") {
@@ -306,6 +330,8 @@ impl LimitsConfig {
                 1 << 32,
             ),
             ("log_burst", self.log_burst, 1, 1 << 32),
+            ("max_plugin_mb", self.max_plugin_mb, 1, 1 << 16),
+            ("compile_timeout_ms", self.compile_timeout_ms, 100, 1 << 32),
         ];
         for (name, value, low, high) in checks {
             if !(low..=high).contains(&value) {
@@ -327,6 +353,8 @@ impl Default for LimitsConfig {
             max_message_bytes: default_max_message_bytes(),
             log_lines_per_second: default_log_lines_per_second(),
             log_burst: default_log_burst(),
+            max_plugin_mb: default_max_plugin_mb(),
+            compile_timeout_ms: default_compile_timeout_ms(),
         }
     }
 }
@@ -359,6 +387,7 @@ impl PipelineConfig {
         let mut config: PipelineConfig =
             serde_saphyr::from_str(&expanded).map_err(|e| invalid(e.to_string()))?;
         config.base_dir = base_dir.to_path_buf();
+        config.file = path.to_path_buf();
         config.validate().map_err(invalid)?;
         Ok(config)
     }

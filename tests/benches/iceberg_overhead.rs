@@ -83,7 +83,8 @@ fn main() {
     let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
     let linker = plugin::linker(&engine).unwrap();
     let started = Instant::now();
-    let loaded = Arc::new(Plugin::load(&engine, &linker, &wasm, None).unwrap());
+    let loaded =
+        Arc::new(Plugin::load(&engine, &linker, &wasm, None, &Default::default()).unwrap());
     println!("component compiled in {:?}", started.elapsed());
     let limits = Limits {
         memory_bytes: 2 << 30,

@@ -36,7 +36,8 @@ fn main() {
         .unwrap();
     let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
     let linker = plugin::linker(&engine).unwrap();
-    let loaded = Arc::new(Plugin::load(&engine, &linker, &wasm, None).unwrap());
+    let loaded =
+        Arc::new(Plugin::load(&engine, &linker, &wasm, None, &Default::default()).unwrap());
     let limits = Limits {
         memory_bytes: 1 << 30,
         call_timeout: Duration::from_secs(60),

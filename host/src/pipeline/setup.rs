@@ -111,8 +111,14 @@ fn start_sink(
     io: &tokio::runtime::Handle,
 ) -> Result<SinkWorker, String> {
     let path = config.resolve(&sink.plugin);
-    let loaded =
-        Plugin::load(engine, linker, &path, sink.sha256.as_deref()).map_err(|e| e.to_string())?;
+    let loaded = Plugin::load(
+        engine,
+        linker,
+        &path,
+        sink.sha256.as_deref(),
+        &sink.limits.compile_limits(),
+    )
+    .map_err(|e| e.to_string())?;
     let options: Vec<(String, String)> = sink
         .blob_store
         .options
@@ -264,6 +270,7 @@ fn check_roots(config: &PipelineConfig) -> Result<(), RunError> {
         RootPlace::Local(path) => path.display().to_string(),
         _ => sink.blob_store.url.clone(),
     };
+    let pipeline_file = resolved(&config.file);
     for (i, (sink, place)) in config.sinks.iter().zip(&places).enumerate() {
         if place.overlaps(&RootPlace::Local(state.clone())) {
             return Err(RunError::Setup(format!(
@@ -273,6 +280,16 @@ fn check_roots(config: &PipelineConfig) -> Result<(), RunError> {
                 sink.name,
                 shown(place, sink),
                 state.display()
+            )));
+        }
+        if !config.file.as_os_str().is_empty() && place.contains(&pipeline_file) {
+            return Err(RunError::Setup(format!(
+                "sinks[{i}].blob_store.url: the root of sink `{}` ({}) contains the pipeline \
+                 file ({}), which the sink could rewrite to grant itself more; keep the \
+                 pipeline file outside every root",
+                sink.name,
+                shown(place, sink),
+                pipeline_file.display()
             )));
         }
     }

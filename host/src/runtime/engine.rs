@@ -28,6 +28,10 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// reserves address space for this much per slot.
 pub const MAX_PLUGIN_MEMORY: usize = 4 << 30;
 
+/// The most core instances one component may make (a Rust sink makes a
+/// handful: its module, the shims, the WASI adapter).
+const MAX_CORE_INSTANCES: u32 = 64;
+
 /// The engine, its epoch ticker and its component cache.
 pub struct WasmEngine {
     engine: Engine,
@@ -36,6 +40,26 @@ pub struct WasmEngine {
     seal_key: OnceLock<[u8; 32]>,
     stop_ticker: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
+}
+
+/// What loading one plugin may cost the host: compiling runs on a thread
+/// of its own and is given up after `timeout`, so a plugin made to be slow
+/// to compile (a huge function) cannot hold the host's start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// The largest plugin file read and compiled.
+    pub max_bytes: u64,
+    /// How long compiling may take.
+    pub timeout: Duration,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        CompileLimits {
+            max_bytes: 256 << 20,
+            timeout: Duration::from_secs(120),
+        }
+    }
 }
 
 /// Why the engine cannot start or compile a plugin.
@@ -47,6 +71,14 @@ pub enum EngineError {
     /// A plugin does not compile.
     #[error("cannot compile plugin {path}: {detail}")]
     Compile { path: PathBuf, detail: String },
+    /// Compiling a plugin took longer than its limit.
+    #[error(
+        "cannot compile plugin {path}: compiling took longer than {}s \
+         (limits.compile_timeout_ms = {}); it was given up",
+        .limit.as_secs_f64(),
+        .limit.as_millis()
+    )]
+    CompileTimeout { path: PathBuf, limit: Duration },
     /// The cache of compiled plugins cannot be written.
     #[error("component cache {path}: {detail}")]
     Cache { path: PathBuf, detail: String },
@@ -102,6 +134,7 @@ impl WasmEngine {
         path: &Path,
         wasm: &[u8],
         digest: &str,
+        limits: &CompileLimits,
     ) -> Result<Component, EngineError> {
         let name = format!("{digest}-{:016x}.cwasm", self.compat_hash());
         let cached = self.cache_dir.join(&name);
@@ -133,13 +166,7 @@ impl WasmEngine {
                 );
             }
         }
-        let compiled =
-            self.engine
-                .precompile_component(wasm)
-                .map_err(|e| EngineError::Compile {
-                    path: path.to_path_buf(),
-                    detail: format!("{e:#}"),
-                })?;
+        let compiled = self.precompile(path, wasm, limits.timeout)?;
         std::fs::create_dir_all(&self.cache_dir).map_err(|e| cache_error(e.to_string()))?;
         // Artifact first, then its seal, each written then renamed: a crash
         // in between leaves an artifact without its seal, compiled again.
@@ -153,6 +180,36 @@ impl WasmEngine {
                 detail: format!("{e:#}"),
             }
         })
+    }
+
+    /// Compiles on a thread of its own and waits at most `timeout`. Cranelift
+    /// cannot be interrupted: a compile given up runs on, detached, until it
+    /// ends (`weir run` then exits on the error anyway).
+    fn precompile(
+        &self,
+        path: &Path,
+        wasm: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, EngineError> {
+        let (done, outcome) = std::sync::mpsc::sync_channel(1);
+        let engine = self.engine.clone();
+        let wasm = wasm.to_vec();
+        std::thread::Builder::new()
+            .name("weir-compile".into())
+            .spawn(move || {
+                let _ = done.send(engine.precompile_component(&wasm));
+            })
+            .map_err(|e| EngineError::Config(e.to_string()))?;
+        match outcome.recv_timeout(timeout) {
+            Ok(compiled) => compiled.map_err(|e| EngineError::Compile {
+                path: path.to_path_buf(),
+                detail: format!("{e:#}"),
+            }),
+            Err(_) => Err(EngineError::CompileTimeout {
+                path: path.to_path_buf(),
+                limit: timeout,
+            }),
+        }
     }
 
     /// The host's sealing key: `component-cache.key` beside the cache
@@ -202,6 +259,10 @@ fn config(pooling: bool) -> Config {
         pool.total_memories(128);
         pool.total_tables(256);
         pool.max_memory_size(MAX_PLUGIN_MEMORY);
+        // One component must not take the whole pool from the others.
+        pool.max_memories_per_component(super::host_state::MAX_MEMORIES as u32);
+        pool.max_tables_per_component(super::host_state::MAX_TABLES as u32);
+        pool.max_core_instances_per_component(MAX_CORE_INSTANCES);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config

@@ -102,6 +102,8 @@ impl SinkInstance {
             table: ResourceTable::new(),
             capabilities: CapabilityStates::new(grants),
             memory_limit: limits.memory_bytes,
+            memory_held: 0,
+            memory_last_grow: 0,
             memory_exhausted: false,
             stderr,
         };

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use wasmtime::component::{InstancePre, Linker, types::ComponentItem};
 
 use super::capability;
-use super::engine::{EngineError, WasmEngine, digest};
+use super::engine::{CompileLimits, EngineError, WasmEngine, digest};
 use super::host_state::HostState;
 use super::wit;
 
@@ -20,6 +20,17 @@ pub enum LoadError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    /// The file is larger than the host compiles.
+    #[error(
+        "plugin {path} is {} MiB, more than the {} MiB a plugin may be (limits.max_plugin_mb)",
+        .size.div_ceil(1 << 20),
+        .limit >> 20
+    )]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
     },
     /// The file is not the one the pipeline pinned.
     #[error(
@@ -99,11 +110,9 @@ impl Plugin {
         linker: &SinkLinker,
         path: &Path,
         pin: Option<&str>,
+        limits: &CompileLimits,
     ) -> Result<Plugin, LoadError> {
-        let wasm = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let wasm = read_bounded(path, limits.max_bytes)?;
         let sha256 = digest(&wasm);
         if let Some(expected) = pin {
             let expected = expected.trim().trim_start_matches("sha256:").to_lowercase();
@@ -116,7 +125,7 @@ impl Plugin {
             }
         }
         check_is_component(path, &wasm)?;
-        let component = engine.component(path, &wasm, &sha256)?;
+        let component = engine.component(path, &wasm, &sha256, limits)?;
         let info = inspect_component(engine, path, &component, &sha256, wasm.len() as u64)?;
         check_imports(path, &info)?;
         let pre = linker
@@ -151,14 +160,30 @@ impl Plugin {
 /// Reads what a component imports and exports, and which contract version
 /// and capabilities it speaks. Used by loading and by `weir plugin inspect`.
 pub fn inspect(engine: &WasmEngine, path: &Path) -> Result<PluginInfo, LoadError> {
-    let wasm = std::fs::read(path).map_err(|source| LoadError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let limits = CompileLimits::default();
+    let wasm = read_bounded(path, limits.max_bytes)?;
     check_is_component(path, &wasm)?;
     let sha256 = digest(&wasm);
-    let component = engine.component(path, &wasm, &sha256)?;
+    let component = engine.component(path, &wasm, &sha256, &limits)?;
     inspect_component(engine, path, &component, &sha256, wasm.len() as u64)
+}
+
+/// Reads a plugin file, refusing one larger than `max_bytes` before
+/// reading it.
+fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, LoadError> {
+    let read_error = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read_error)?.len();
+    if size > max_bytes {
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit: max_bytes,
+        });
+    }
+    std::fs::read(path).map_err(read_error)
 }
 
 fn inspect_component(

@@ -20,9 +20,13 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace().join("target"))
 }
 
-/// The release `weir` binary (scripts/test builds it before the tests).
+/// The release `weir` binary (scripts/test builds it before the tests), or
+/// the one `WEIR_BIN` names: pointing the tests at an older build shows
+/// what they catch.
 pub fn weir_bin() -> PathBuf {
-    let bin = target_dir().join("release/weir");
+    let bin = std::env::var_os("WEIR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("release/weir"));
     assert!(
         bin.exists(),
         "{} is missing: run `cargo build --release -p weir` (scripts/test does)",

@@ -218,6 +218,10 @@ struct Limits {
     log_lines_per_second: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     log_burst: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compile_timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_plugin_mb: Option<u64>,
 }
 
 impl Default for Limits {
@@ -232,6 +236,8 @@ impl Default for Limits {
             max_message_bytes: None,
             log_lines_per_second: None,
             log_burst: None,
+            compile_timeout_ms: None,
+            max_plugin_mb: None,
         }
     }
 }
@@ -309,6 +315,22 @@ impl SinkBuilder {
         let limits = self.limits.get_or_insert_with(Limits::default);
         limits.log_lines_per_second = Some(lines_per_second);
         limits.log_burst = Some(burst);
+        self
+    }
+
+    /// How long compiling the plugin may take.
+    pub fn compile_timeout_ms(mut self, ms: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .compile_timeout_ms = Some(ms);
+        self
+    }
+
+    /// The largest plugin file the host loads.
+    pub fn max_plugin_mb(mut self, mb: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .max_plugin_mb = Some(mb);
         self
     }
 

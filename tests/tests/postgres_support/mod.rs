@@ -339,6 +339,8 @@ pub struct PgPipeline {
     pub max_rows: usize,
     pub extra_source: String,
     pub extra_top: String,
+    /// More entries of `sinks:`, as YAML list items.
+    pub extra_sinks: String,
 }
 
 impl PgPipeline {
@@ -352,6 +354,7 @@ impl PgPipeline {
             max_rows: 2000,
             extra_source: String::new(),
             extra_top: String::new(),
+            extra_sinks: String::new(),
         }
     }
 
@@ -359,7 +362,7 @@ impl PgPipeline {
     /// file serves both the endless runs and the draining run.
     pub fn write(&self, dir: &Path, sink_root: &Path) -> PathBuf {
         let yaml = format!(
-            "pipeline: pgtest\nstate_dir: state\nsource:\n  postgres:\n    dsn: \"{}\"\n    publication: {}\n    slot: {}\n    create_publication_for: [{}]\n    chunk_rows: {}\n    status_interval_ms: 200\n    heartbeat_ms: 500\n    reconnect_timeout_ms: 60000\n    exit_when_caught_up: ${{WEIR_PG_EXIT:-false}}\n{}batch: {{ max_rows: {}, linger_ms: 50, heartbeat_ms: 300 }}\n{}sinks:\n  - name: exact\n    plugin: {}\n    blob_store: {{ url: {} }}\n    retries: 1\n",
+            "pipeline: pgtest\nstate_dir: state\nsource:\n  postgres:\n    dsn: \"{}\"\n    publication: {}\n    slot: {}\n    create_publication_for: [{}]\n    chunk_rows: {}\n    status_interval_ms: 200\n    heartbeat_ms: 500\n    reconnect_timeout_ms: 60000\n    exit_when_caught_up: ${{WEIR_PG_EXIT:-false}}\n{}batch: {{ max_rows: {}, linger_ms: 50, heartbeat_ms: 300 }}\n{}sinks:\n  - name: exact\n    plugin: {}\n    blob_store: {{ url: {} }}\n    retries: 1\n{}",
             self.dsn,
             self.publication,
             self.slot,
@@ -369,7 +372,8 @@ impl PgPipeline {
             self.max_rows,
             self.extra_top,
             common::plugin("weir-fixture-positioned").display(),
-            sink_root.display()
+            sink_root.display(),
+            self.extra_sinks
         );
         let path = dir.join("pipeline.yaml");
         std::fs::write(&path, yaml).unwrap();
