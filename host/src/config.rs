@@ -202,6 +202,9 @@ pub struct SinkConfig {
     pub config: BTreeMap<String, String>,
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// The hosts and ports the sink may reach; nothing by default.
+    #[serde(default)]
+    pub grants: GrantsConfig,
     /// How often a retryable error is retried before the sink counts as failed.
     #[serde(default = "default_retries")]
     pub retries: u32,
@@ -212,6 +215,35 @@ fn yes() -> bool {
 }
 fn default_retries() -> u32 {
     5
+}
+
+/// `sinks[].grants`: outgoing network access, as patterns (see
+/// `weir_contract::grants` for their syntax).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsConfig {
+    /// `scheme://host[:port]` the sink may send HTTP requests to.
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// `host:port` the sink may open TCP connections to.
+    #[serde(default)]
+    pub tcp: Vec<String>,
+}
+
+impl GrantsConfig {
+    /// The parsed grants; the error names the entry and what is wrong.
+    pub fn parse(&self) -> Result<weir_contract::grants::Grants, String> {
+        for (key, list) in [("http", &self.http), ("tcp", &self.tcp)] {
+            for (j, pattern) in list.iter().enumerate() {
+                let checked = match key {
+                    "http" => weir_contract::grants::HttpGrant::parse(pattern).map(|_| ()),
+                    _ => weir_contract::grants::TcpGrant::parse(pattern).map(|_| ()),
+                };
+                checked.map_err(|e| format!("grants.{key}[{j}] `{pattern}`: {}", e.why))?;
+            }
+        }
+        weir_contract::grants::Grants::parse(&self.http, &self.tcp).map_err(|e| e.to_string())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -261,6 +293,20 @@ pub struct LimitsConfig {
     /// compiled again).
     #[serde(default = "default_compile_timeout_ms")]
     pub compile_timeout_ms: u64,
+    /// Outgoing HTTP: connecting (TLS included), waiting for the response
+    /// head, and waiting between pieces of its body.
+    #[serde(default = "default_http_connect_timeout_ms")]
+    pub http_connect_timeout_ms: u64,
+    #[serde(default = "default_http_first_byte_timeout_ms")]
+    pub http_first_byte_timeout_ms: u64,
+    #[serde(default = "default_http_between_bytes_timeout_ms")]
+    pub http_between_bytes_timeout_ms: u64,
+    /// The largest HTTP response body the sink may read.
+    #[serde(default = "default_max_response_mb")]
+    pub max_response_mb: u64,
+    /// HTTP requests in flight at once.
+    #[serde(default = "default_max_concurrent_requests")]
+    pub max_concurrent_requests: u64,
 }
 
 fn default_memory_mb() -> u64 {
@@ -295,8 +341,35 @@ fn default_max_plugin_mb() -> u64 {
 fn default_compile_timeout_ms() -> u64 {
     120_000
 }
+fn default_http_connect_timeout_ms() -> u64 {
+    10_000
+}
+fn default_http_first_byte_timeout_ms() -> u64 {
+    30_000
+}
+fn default_http_between_bytes_timeout_ms() -> u64 {
+    30_000
+}
+fn default_max_response_mb() -> u64 {
+    64
+}
+fn default_max_concurrent_requests() -> u64 {
+    16
+}
 
 impl LimitsConfig {
+    /// The bounds on the sink's outgoing network use.
+    pub fn network_limits(&self) -> crate::runtime::network::NetworkLimits {
+        use std::time::Duration;
+        crate::runtime::network::NetworkLimits {
+            connect_timeout: Duration::from_millis(self.http_connect_timeout_ms),
+            first_byte_timeout: Duration::from_millis(self.http_first_byte_timeout_ms),
+            between_bytes_timeout: Duration::from_millis(self.http_between_bytes_timeout_ms),
+            max_response_bytes: self.max_response_mb.saturating_mul(1 << 20),
+            max_concurrent_requests: self.max_concurrent_requests as usize,
+        }
+    }
+
     /// What loading the sink's plugin may cost.
     pub fn compile_limits(&self) -> crate::runtime::engine::CompileLimits {
         crate::runtime::engine::CompileLimits {
@@ -332,6 +405,31 @@ impl LimitsConfig {
             ("log_burst", self.log_burst, 1, 1 << 32),
             ("max_plugin_mb", self.max_plugin_mb, 1, 1 << 16),
             ("compile_timeout_ms", self.compile_timeout_ms, 100, 1 << 32),
+            (
+                "http_connect_timeout_ms",
+                self.http_connect_timeout_ms,
+                10,
+                1 << 32,
+            ),
+            (
+                "http_first_byte_timeout_ms",
+                self.http_first_byte_timeout_ms,
+                10,
+                1 << 32,
+            ),
+            (
+                "http_between_bytes_timeout_ms",
+                self.http_between_bytes_timeout_ms,
+                10,
+                1 << 32,
+            ),
+            ("max_response_mb", self.max_response_mb, 1, 1 << 20),
+            (
+                "max_concurrent_requests",
+                self.max_concurrent_requests,
+                1,
+                1 << 16,
+            ),
         ];
         for (name, value, low, high) in checks {
             if !(low..=high).contains(&value) {
@@ -355,6 +453,11 @@ impl Default for LimitsConfig {
             log_burst: default_log_burst(),
             max_plugin_mb: default_max_plugin_mb(),
             compile_timeout_ms: default_compile_timeout_ms(),
+            http_connect_timeout_ms: default_http_connect_timeout_ms(),
+            http_first_byte_timeout_ms: default_http_first_byte_timeout_ms(),
+            http_between_bytes_timeout_ms: default_http_between_bytes_timeout_ms(),
+            max_response_mb: default_max_response_mb(),
+            max_concurrent_requests: default_max_concurrent_requests(),
         }
     }
 }
@@ -422,6 +525,7 @@ impl PipelineConfig {
                 ));
             }
             sink.limits.validate_bytes(&format!("sinks[{i}].limits"))?;
+            sink.grants.parse().map_err(|e| format!("sinks[{i}].{e}"))?;
             if sink.blob_store.url.trim().is_empty() {
                 return Err(format!("sinks[{i}].blob_store.url: empty"));
             }
@@ -599,5 +703,23 @@ sinks:
             .unwrap_err()
             .to_string();
         assert!(err.contains("sinks[0].limits.memory_mb"), "{err}");
+
+        let grants = GOOD.replace(
+            "    blob_store:",
+            "    grants: { http: [\"https://hooks.example.com\"], tcp: [\"redis\"] }\n    blob_store:",
+        );
+        let err = parse(&grants, &[("PLUGINS", "/p")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sinks[0].grants.tcp[0] `redis`") && err.contains("port"),
+            "{err}"
+        );
+        let granted = GOOD.replace(
+            "    blob_store:",
+            "    grants: { tcp: [\"10.0.0.0/8:6379\"] }\n    blob_store:",
+        );
+        let config = parse(&granted, &[("PLUGINS", "/p")]).unwrap();
+        assert_eq!(config.sinks[0].grants.parse().unwrap().tcp.len(), 1);
     }
 }

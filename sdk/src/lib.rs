@@ -36,6 +36,9 @@
 //! staged batches must become durable. Return `Ok` from `commit` only once the
 //! data survives a crash: the host moves its checkpoint as soon as you do.
 //!
+//! A sink that reaches a service (an HTTP endpoint, a TCP server) does so
+//! with [`net`], and only where the operator granted it.
+//!
 //! The same sink also runs natively, without WebAssembly, through
 //! [`native::NativeSink`]: use it in unit tests and to measure what the
 //! sandbox costs.
@@ -51,6 +54,7 @@ mod error;
 pub mod log;
 #[cfg(any(not(target_arch = "wasm32"), doc))]
 pub mod native;
+pub mod net;
 
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]

@@ -5,7 +5,9 @@
 //! header plus Arrow IPC stream bytes) and decodes them with the same code the
 //! WebAssembly build uses, so a test through it exercises what runs in
 //! production. The blob store is a local directory with the host's path
-//! rules.
+//! rules; network grants ([`NativeSink::grant_http`],
+//! [`NativeSink::grant_tcp`]) are decided by the host's rules too, so
+//! [`weir_sdk::net`](crate::net) refuses natively what the host would refuse.
 //!
 //! ```no_run
 //! use weir_sdk::native::{NativeSink, encode_ipc};
@@ -37,6 +39,9 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use weir_contract::grants::{Grants, HttpGrant, TcpGrant};
 
 use crate::{
     Batch, BatchMeta, CommitRequest, Committed, Config, Positions, RecordBatch, Result, Sink,
@@ -45,12 +50,15 @@ use crate::{
 /// A sink running natively, with a local directory as its blob store.
 ///
 /// Every call installs the directory as the store that
-/// [`weir_sdk::blob`](crate::blob) uses for the duration of the call (on the
-/// calling thread), so tests running in parallel each see their own root.
+/// [`weir_sdk::blob`](crate::blob) uses, and the sink's grants as those
+/// [`weir_sdk::net`](crate::net) checks, for the duration of the call (on
+/// the calling thread), so tests running in parallel each see their own.
+/// Nothing is granted until you say so.
 #[derive(Debug)]
 pub struct NativeSink<S> {
     sink: S,
     root: PathBuf,
+    grants: Arc<Grants>,
 }
 
 impl<S: Sink> NativeSink<S> {
@@ -60,34 +68,72 @@ impl<S: Sink> NativeSink<S> {
         NativeSink {
             sink,
             root: blob_root.into(),
+            grants: Arc::default(),
         }
+    }
+
+    /// Replaces the sink's network grants, as the operator's
+    /// `grants: { http: [...], tcp: [...] }` would.
+    pub fn with_grants(mut self, grants: Grants) -> Self {
+        self.grants = Arc::new(grants);
+        self
+    }
+
+    /// Adds one entry of `grants.http`, for example
+    /// `"http://127.0.0.1:8080"` (see [`net::grants`](crate::net::grants)
+    /// for the forms).
+    ///
+    /// Panics with the reason if `pattern` is not a valid HTTP grant: it is
+    /// written by the test, not read from an operator.
+    pub fn grant_http(mut self, pattern: &str) -> Self {
+        let grant = HttpGrant::parse(pattern).unwrap_or_else(|e| panic!("{e}"));
+        Arc::make_mut(&mut self.grants).http.push(grant);
+        self
+    }
+
+    /// Adds one entry of `grants.tcp`, for example `"127.0.0.1:6379"`.
+    ///
+    /// Panics with the reason if `pattern` is not a valid TCP grant.
+    pub fn grant_tcp(mut self, pattern: &str) -> Self {
+        let grant = TcpGrant::parse(pattern).unwrap_or_else(|e| panic!("{e}"));
+        Arc::make_mut(&mut self.grants).tcp.push(grant);
+        self
+    }
+
+    /// The sink's network grants.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// Runs `f` on the sink with its blob root and grants installed on this
+    /// thread, as the host runs a call with the sink's capabilities.
+    fn call<R>(&mut self, f: impl FnOnce(&mut S) -> R) -> R {
+        let _root = store::install(self.root.clone());
+        let _grants = network::install(self.grants.clone());
+        f(&mut self.sink)
     }
 
     /// Calls [`Sink::open`] with the configuration as the host passes it.
     pub fn open(&mut self, pipeline: &str, config: &[(String, String)]) -> Result<()> {
         let config: Config = config.iter().cloned().collect();
-        let sink = &mut self.sink;
-        with_blob_root(&self.root, || sink.open(pipeline, &config))
+        self.call(|sink| sink.open(pipeline, &config))
     }
 
     /// Decodes `ipc` (an Arrow IPC stream) like the WebAssembly glue does and
     /// calls [`Sink::write`]. Decoding failures are [`SinkError::Poison`](crate::SinkError::Poison).
     pub fn write(&mut self, meta: BatchMeta, ipc: &[u8]) -> Result<()> {
         let batch = Batch::decode(meta, ipc)?;
-        let sink = &mut self.sink;
-        with_blob_root(&self.root, || sink.write(batch))
+        self.call(|sink| sink.write(batch))
     }
 
     /// Calls [`Sink::commit`].
     pub fn commit(&mut self, request: CommitRequest) -> Result<()> {
-        let sink = &mut self.sink;
-        with_blob_root(&self.root, || sink.commit(request))
+        self.call(|sink| sink.commit(request))
     }
 
     /// Calls [`Sink::abort`].
     pub fn abort(&mut self, table: &str) {
-        let sink = &mut self.sink;
-        with_blob_root(&self.root, || sink.abort(table))
+        self.call(|sink| sink.abort(table))
     }
 
     /// The blob store root.
@@ -114,8 +160,7 @@ impl<S: Sink> NativeSink<S> {
 impl<S: Positions> NativeSink<S> {
     /// Calls [`Positions::committed`].
     pub fn committed(&mut self, pipeline: &str, table: &str) -> Result<Option<Committed>> {
-        let sink = &mut self.sink;
-        with_blob_root(&self.root, || sink.committed(pipeline, table))
+        self.call(|sink| sink.committed(pipeline, table))
     }
 }
 
@@ -128,11 +173,49 @@ pub fn with_blob_root<R>(root: &Path, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` with `grants` as the network grants [`weir_sdk::net`](crate::net)
+/// checks on this thread, for example to try a request outside a sink.
+/// Outside of this (and of [`NativeSink`] calls) nothing is granted.
+pub fn with_grants<R>(grants: &Grants, f: impl FnOnce() -> R) -> R {
+    let _restore = network::install(Arc::new(grants.clone()));
+    f()
+}
+
 /// Encodes rows as an Arrow IPC stream, the form the host sends to
 /// [`Sink::write`] (the host encodes with the same function). Panics only if
 /// Arrow cannot encode the batch.
 pub fn encode_ipc(batch: &RecordBatch) -> Vec<u8> {
     weir_contract::ipc::encode(batch).expect("Arrow IPC stream of one record batch")
+}
+
+/// The grants of the native call running on this thread.
+pub(crate) mod network {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use weir_contract::grants::Grants;
+
+    thread_local! {
+        static GRANTS: RefCell<Option<Arc<Grants>>> = const { RefCell::new(None) };
+    }
+
+    pub(crate) struct Restore(Option<Arc<Grants>>);
+
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            GRANTS.with(|g| *g.borrow_mut() = previous);
+        }
+    }
+
+    pub(crate) fn install(grants: Arc<Grants>) -> Restore {
+        Restore(GRANTS.with(|g| g.borrow_mut().replace(grants)))
+    }
+
+    /// The grants in force: none outside a native call.
+    pub(crate) fn current() -> Arc<Grants> {
+        GRANTS.with(|g| g.borrow().clone()).unwrap_or_default()
+    }
 }
 
 /// The native blob backend: a local directory.

@@ -83,8 +83,17 @@ fn main() {
     let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
     let linker = plugin::linker(&engine).unwrap();
     let started = Instant::now();
-    let loaded =
-        Arc::new(Plugin::load(&engine, &linker, &wasm, None, &Default::default()).unwrap());
+    let loaded = Arc::new(
+        Plugin::load(
+            &engine,
+            &linker,
+            &wasm,
+            None,
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap(),
+    );
     println!("component compiled in {:?}", started.elapsed());
     let limits = Limits {
         memory_bytes: 2 << 30,
@@ -108,8 +117,14 @@ fn main() {
             io.handle().clone(),
         )
         .unwrap();
-        let mut instance =
-            SinkInstance::instantiate(&loaded, "bench", Arc::new(blob), &limits).unwrap();
+        let mut instance = SinkInstance::instantiate(
+            &loaded,
+            "bench",
+            Arc::new(blob),
+            weir::runtime::network::SinkNetwork::none("bench"),
+            &limits,
+        )
+        .unwrap();
         instance.open("bench", &config).unwrap();
         let started = Instant::now();
         for p in &batches {

@@ -36,8 +36,17 @@ fn main() {
         .unwrap();
     let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
     let linker = plugin::linker(&engine).unwrap();
-    let loaded =
-        Arc::new(Plugin::load(&engine, &linker, &wasm, None, &Default::default()).unwrap());
+    let loaded = Arc::new(
+        Plugin::load(
+            &engine,
+            &linker,
+            &wasm,
+            None,
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap(),
+    );
     let limits = Limits {
         memory_bytes: 1 << 30,
         call_timeout: Duration::from_secs(60),
@@ -55,8 +64,14 @@ fn main() {
             io.handle().clone(),
         )
         .unwrap();
-        let mut instance =
-            SinkInstance::instantiate(&loaded, "bench", Arc::new(blob), &limits).unwrap();
+        let mut instance = SinkInstance::instantiate(
+            &loaded,
+            "bench",
+            Arc::new(blob),
+            weir::runtime::network::SinkNetwork::none("bench"),
+            &limits,
+        )
+        .unwrap();
         instance.open("bench", &[]).unwrap();
         let started = Instant::now();
         for p in &batches {

@@ -26,17 +26,19 @@ fn inspect(file: &std::path::Path, cache: &std::path::Path) -> serde_json::Value
 fn inspect_reports_capabilities_of_every_shipped_plugin() {
     let cache = tempfile::tempdir().unwrap();
     let cases = [
-        ("weir-parquet-sink", false),
-        ("weir-null-sink", false),
-        ("weir-iceberg-sink", true),
-        ("weir-fixture-positioned", true),
-        ("weir-fixture-trap", false),
-        ("weir-fixture-spin", false),
-        ("weir-fixture-hog", false),
-        ("weir-fixture-poison", false),
-        ("hello-sink", false),
+        ("weir-parquet-sink", false, &[][..]),
+        ("weir-null-sink", false, &[]),
+        ("weir-iceberg-sink", true, &[]),
+        ("weir-redis-sink", true, &["tcp"]),
+        ("weir-fixture-positioned", true, &[]),
+        ("weir-fixture-trap", false, &[]),
+        ("weir-fixture-spin", false, &[]),
+        ("weir-fixture-hog", false, &[]),
+        ("weir-fixture-poison", false, &[]),
+        ("weir-fixture-netprobe", false, &["http", "tcp"]),
+        ("hello-sink", false, &[]),
     ];
-    for (name, positioned) in cases {
+    for (name, positioned, network) in cases {
         let file = plugin(name);
         let info = inspect(&file, cache.path());
         assert_eq!(info["wit_version"], "0.1.0", "{name}");
@@ -51,6 +53,7 @@ fn inspect_reports_capabilities_of_every_shipped_plugin() {
             positioned,
             "{name}: {info}"
         );
+        assert_eq!(info["network"], serde_json::json!(network), "{name}");
         let bytes = std::fs::read(&file).unwrap();
         assert_eq!(info["size"], bytes.len() as u64, "{name}");
         assert_eq!(info["sha256"].as_str().unwrap().len(), 64);

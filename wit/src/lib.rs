@@ -6,6 +6,7 @@
 
 pub mod blob_path;
 pub mod columns;
+pub mod grants;
 pub mod ipc;
 
 pub use columns::{

@@ -94,6 +94,15 @@ pub fn plugin_info(info: &PluginInfo, as_json: bool) {
         format!("{} (exactly-once)", info.capabilities.join(", "))
     };
     println!("capabilities {capabilities}");
+    let network: Vec<String> = info
+        .network
+        .iter()
+        .map(|kind| format!("{kind} (needs grants.{kind} in the sink's entry)"))
+        .collect();
+    match network.is_empty() {
+        true => println!("network      none"),
+        false => println!("network      {}", network.join("\n             ")),
+    }
     println!("imports      {}", info.imports.join("\n             "));
     println!("exports      {}", info.exports.join("\n             "));
 }

@@ -14,6 +14,7 @@ use crate::change::TableSchema;
 use crate::commit::SinkSpec;
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
 use crate::runtime::capability::{blobstore::BlobLimits, log::LogLimits};
+use crate::runtime::network::SinkNetwork;
 use crate::runtime::{
     BlobScope, Limits, Plugin, SinkWorker, TableDescription, WasmEngine, WorkerSpec, plugin,
 };
@@ -111,12 +112,15 @@ fn start_sink(
     io: &tokio::runtime::Handle,
 ) -> Result<SinkWorker, String> {
     let path = config.resolve(&sink.plugin);
+    // Checked when the pipeline file was read; this only converts.
+    let grants = Arc::new(sink.grants.parse()?);
     let loaded = Plugin::load(
         engine,
         linker,
         &path,
         sink.sha256.as_deref(),
         &sink.limits.compile_limits(),
+        &grants,
     )
     .map_err(|e| e.to_string())?;
     let options: Vec<(String, String)> = sink
@@ -133,6 +137,7 @@ fn start_sink(
         name: sink.name.clone(),
         plugin: Arc::new(loaded),
         blob: Arc::new(blob),
+        network: SinkNetwork::new(&sink.name, grants, sink.limits.network_limits()),
         limits: Limits {
             memory_bytes: (sink.limits.memory_mb << 20) as usize,
             call_timeout: Duration::from_millis(sink.limits.call_timeout_ms),

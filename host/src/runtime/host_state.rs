@@ -7,12 +7,21 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::capability::{CapabilityStates, HasCapabilities};
 use super::cause::StderrTail;
+use super::network::SinkNetwork;
+use super::network::http::HttpGate;
+use super::network::tcp::HasNetwork;
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// Per-instance state the host functions see.
 pub struct HostState {
     pub(super) wasi: WasiCtx,
     pub(super) table: ResourceTable,
     pub(super) capabilities: CapabilityStates,
+    /// `wasi:http`'s state, and the gate every request passes.
+    pub(super) http: WasiHttpCtx,
+    pub(super) http_gate: HttpGate,
+    /// What the sink may reach, for the host's name lookup.
+    pub(super) network: SinkNetwork,
     /// The most linear memory the instance may hold, summed over all its
     /// memories: a component may carry several core modules, each with
     /// memories of its own.
@@ -29,6 +38,22 @@ pub struct HostState {
 impl HasCapabilities for HostState {
     fn capabilities(&mut self) -> &mut CapabilityStates {
         &mut self.capabilities
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_gate,
+        }
+    }
+}
+
+impl HasNetwork for HostState {
+    fn network(&mut self) -> (&SinkNetwork, &mut ResourceTable) {
+        (&self.network, &mut self.table)
     }
 }
 

@@ -15,6 +15,7 @@ use super::capability::{CapabilityStates, Grants, blobstore::BlobScope};
 use super::cause;
 use super::engine::EPOCH_TICK;
 use super::host_state::HostState;
+use super::network::{self, SinkNetwork};
 use super::plugin::{Plugin, PluginInfo};
 use super::types::{BatchHeader, SinkClaim, SinkError};
 use super::wit::{Answer, SinkExports};
@@ -75,32 +76,43 @@ impl SinkInstance {
         plugin: &Arc<Plugin>,
         sink_name: &str,
         blob: Arc<BlobScope>,
+        network: SinkNetwork,
         limits: &Limits,
     ) -> Result<Self, CallError> {
         let grants = Grants {
             sink_name: sink_name.to_string(),
             blob,
             log: limits.log,
+            network,
         };
         Self::new(plugin.clone(), &grants, limits)
     }
 
     /// A fresh instance of `plugin` with its own store, limits and grants.
     pub fn new(plugin: Arc<Plugin>, grants: &Grants, limits: &Limits) -> Result<Self, CallError> {
-        // No preopened folders, no environment, no arguments, no network:
-        // everything a sink may touch comes through the weir imports. Its
-        // stderr is kept (a bounded tail) only to quote why it died.
+        // No preopened folders, no environment, no arguments: everything a
+        // sink may touch comes through the weir imports, and the network
+        // only as far as it was granted (name lookup is the host's own, see
+        // `network::tcp`). Its stderr is kept (a bounded tail) only to
+        // quote why it died.
         let stderr = cause::StderrTail::default();
+        let network = grants.network.clone();
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
+            .allow_tcp(!network.grants.tcp.is_empty())
+            // UDP is never granted; it is let through to the address check
+            // only so that a refusal is logged with the sink and target.
+            .allow_udp(!network.grants.tcp.is_empty())
             .allow_ip_name_lookup(false)
+            .socket_addr_check(network::tcp::address_check(network.clone()))
             .build();
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
             capabilities: CapabilityStates::new(grants),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_gate: network::http::HttpGate::new(network.clone()),
+            network,
             memory_limit: limits.memory_bytes,
             memory_held: 0,
             memory_last_grow: 0,

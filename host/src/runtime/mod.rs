@@ -11,6 +11,7 @@ mod cause;
 pub mod engine;
 pub mod host_state;
 pub mod instance;
+pub mod network;
 pub mod plugin;
 pub mod types;
 mod wit;

@@ -9,6 +9,7 @@ use wasmtime::component::{InstancePre, Linker, types::ComponentItem};
 use super::capability;
 use super::engine::{CompileLimits, EngineError, WasmEngine, digest};
 use super::host_state::HostState;
+use super::network::NetworkGrants;
 use super::wit;
 
 /// Why a plugin cannot be loaded.
@@ -67,6 +68,9 @@ pub struct PluginInfo {
     pub wit_version: String,
     /// Optional capabilities it exports (`positions`).
     pub capabilities: Vec<String>,
+    /// The kinds of network access it imports (`http`, `tcp`): its sink's
+    /// entry must grant them (`grants.http`, `grants.tcp`) before it loads.
+    pub network: Vec<String>,
     /// Every interface it imports.
     pub imports: Vec<String>,
     /// Every interface it exports.
@@ -78,6 +82,21 @@ impl PluginInfo {
     pub fn positioned(&self) -> bool {
         self.capabilities.iter().any(|c| c == "positions")
     }
+}
+
+/// The kinds of network access `imports` reach for: `http` for `wasi:http`,
+/// `tcp` for `wasi:sockets`.
+fn network_kinds(imports: &[String]) -> Vec<String> {
+    let imports_package = |package: &str| {
+        imports
+            .iter()
+            .any(|i| i.split_once('/').is_some_and(|(p, _)| p == package))
+    };
+    [("wasi:http", "http"), ("wasi:sockets", "tcp")]
+        .into_iter()
+        .filter(|(package, _)| imports_package(package))
+        .map(|(_, kind)| kind.to_string())
+        .collect()
 }
 
 /// A loaded, checked and pre-instantiated plugin, ready for instances.
@@ -98,6 +117,8 @@ pub fn linker(engine: &WasmEngine) -> Result<SinkLinker, EngineError> {
     let config = |e: wasmtime::Error| EngineError::Config(format!("{e:#}"));
     let mut linker = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(config)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(config)?;
+    super::network::tcp::add_name_lookup_to_linker(&mut linker).map_err(config)?;
     wit::add_to_linker(&mut linker).map_err(config)?;
     Ok(linker)
 }
@@ -111,6 +132,7 @@ impl Plugin {
         path: &Path,
         pin: Option<&str>,
         limits: &CompileLimits,
+        network: &NetworkGrants,
     ) -> Result<Plugin, LoadError> {
         let wasm = read_bounded(path, limits.max_bytes)?;
         let sha256 = digest(&wasm);
@@ -127,7 +149,7 @@ impl Plugin {
         check_is_component(path, &wasm)?;
         let component = engine.component(path, &wasm, &sha256, limits)?;
         let info = inspect_component(engine, path, &component, &sha256, wasm.len() as u64)?;
-        check_imports(path, &info)?;
+        check_imports(path, &info, network)?;
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Contract {
@@ -254,6 +276,7 @@ fn inspect_component(
         size,
         wit_version,
         capabilities,
+        network: network_kinds(&imports),
         imports,
         exports,
     })
@@ -262,8 +285,28 @@ fn inspect_component(
 /// Refuses, with a sentence naming it, any import this host does not grant:
 /// a `weir:sink` interface must be the shared types or a capability's, in
 /// the version the plugin exports.
-fn check_imports(path: &Path, info: &PluginInfo) -> Result<(), LoadError> {
+fn check_imports(path: &Path, info: &PluginInfo, network: &NetworkGrants) -> Result<(), LoadError> {
     for import in &info.imports {
+        // The network is granted per sink: its interfaces link only for a
+        // sink whose pipeline entry grants that kind of access.
+        let needs = match import.split_once('/') {
+            Some(("wasi:http", _)) if network.http.is_empty() => {
+                Some(("grants.http", "[\"https://api.example.com\"]"))
+            }
+            Some(("wasi:sockets", _)) if network.tcp.is_empty() => {
+                Some(("grants.tcp", "[\"redis.internal:6379\"]"))
+            }
+            _ => None,
+        };
+        if let Some((key, example)) = needs {
+            return Err(LoadError::Contract {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "imports `{import}`, but its sink has no `{key}`: add the hosts it may \
+                     reach to the sink's entry, for example `{key}: {example}`"
+                ),
+            });
+        }
         let granted = match import.split_once('/') {
             Some((package, rest)) if package == wit::PACKAGE => {
                 let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
@@ -279,7 +322,6 @@ fn check_imports(path: &Path, info: &PluginInfo) -> Result<(), LoadError> {
                 }
                 interface == "types" || capability::INTERFACES.contains(&interface)
             }
-            Some(("wasi:http", _)) => false,
             Some((package, _)) => package.starts_with("wasi:"),
             None => false,
         };
@@ -342,6 +384,7 @@ mod tests {
             size: 0,
             wit_version: "0.1.0".into(),
             capabilities: Vec::new(),
+            network: Vec::new(),
             imports: imports.iter().map(|i| i.to_string()).collect(),
             exports: vec!["weir:sink/sink@0.1.0".into()],
         }
@@ -356,12 +399,19 @@ mod tests {
             "weir:sink/log@0.1.0",
             "wasi:io/streams@0.2.6",
         ];
-        assert!(check_imports(path, &info(&granted)).is_ok());
-        let refused = |import: &str| match check_imports(path, &info(&[import])) {
+        let none = NetworkGrants::default();
+        assert!(check_imports(path, &info(&granted), &none).is_ok());
+        let refused = |import: &str| match check_imports(path, &info(&[import]), &none) {
             Err(LoadError::Contract { detail, .. }) => detail,
             other => panic!("{import} was not refused: {other:?}"),
         };
-        assert!(refused("wasi:http/outgoing-handler@0.2.6").contains("does not grant"));
+        assert!(refused("wasi:http/outgoing-handler@0.2.6").contains("has no `grants.http`"));
+        assert!(refused("wasi:sockets/tcp@0.2.6").contains("has no `grants.tcp`"));
+        let web = NetworkGrants::parse(["http://127.0.0.1:8080"], None::<&str>).unwrap();
+        let http = info(&["wasi:http/outgoing-handler@0.2.6", "wasi:http/types@0.2.6"]);
+        assert!(check_imports(path, &http, &web).is_ok());
+        let sockets = info(&["wasi:sockets/tcp@0.2.6"]);
+        assert!(check_imports(path, &sockets, &web).is_err());
         assert!(
             refused("weir:sink/metrics@0.1.0")
                 .contains("granted: weir:sink/blobstore, weir:sink/log and WASI")

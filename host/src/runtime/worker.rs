@@ -21,6 +21,7 @@ use weir_core::CommitRequest;
 
 use super::capability::blobstore::BlobScope;
 use super::instance::{CallError, Limits, SinkInstance};
+use super::network::SinkNetwork;
 use super::plugin::{Plugin, PluginInfo};
 use super::types::{BatchHeader, SinkClaim, SinkError};
 
@@ -221,6 +222,8 @@ pub struct WorkerSpec {
     pub plugin: Arc<Plugin>,
     /// The blob-store root the sink was granted.
     pub blob: Arc<BlobScope>,
+    /// The hosts and ports it may reach.
+    pub network: SinkNetwork,
     /// Its memory and CPU limits.
     pub limits: Limits,
     /// How often a retryable `write` or `commit` is tried again.
@@ -353,7 +356,13 @@ fn worker_main(
 ) {
     let started = watch
         .run("instantiate", || {
-            SinkInstance::instantiate(&spec.plugin, &spec.name, spec.blob.clone(), &spec.limits)
+            SinkInstance::instantiate(
+                &spec.plugin,
+                &spec.name,
+                spec.blob.clone(),
+                spec.network.clone(),
+                &spec.limits,
+            )
         })
         .and_then(|mut instance| {
             watch.run("open", || instance.open(&spec.pipeline, &spec.config))?;

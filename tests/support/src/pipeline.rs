@@ -195,6 +195,22 @@ pub struct SinkBuilder {
     limits: Option<Limits>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retries: Option<u32>,
+    #[serde(skip_serializing_if = "Grants::is_empty")]
+    grants: Grants,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+struct Grants {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    http: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tcp: Vec<String>,
+}
+
+impl Grants {
+    fn is_empty(&self) -> bool {
+        self.http.is_empty() && self.tcp.is_empty()
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -222,6 +238,9 @@ struct Limits {
     compile_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_plugin_mb: Option<u64>,
+    /// Any other limit, by its key (the network's, for instance).
+    #[serde(flatten)]
+    other: BTreeMap<String, u64>,
 }
 
 impl Default for Limits {
@@ -238,6 +257,7 @@ impl Default for Limits {
             log_burst: None,
             compile_timeout_ms: None,
             max_plugin_mb: None,
+            other: BTreeMap::new(),
         }
     }
 }
@@ -254,6 +274,7 @@ impl SinkBuilder {
             config: BTreeMap::new(),
             limits: None,
             retries: None,
+            grants: Grants::default(),
         }
     }
 
@@ -331,6 +352,28 @@ impl SinkBuilder {
         self.limits
             .get_or_insert_with(Limits::default)
             .max_plugin_mb = Some(mb);
+        self
+    }
+
+    /// Any limit by its key under `limits`, for example
+    /// `http_first_byte_timeout_ms`.
+    pub fn limit(mut self, key: &str, value: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .other
+            .insert(key.into(), value);
+        self
+    }
+
+    /// Grants HTTP requests to `pattern` (`scheme://host[:port]`).
+    pub fn grant_http(mut self, pattern: &str) -> Self {
+        self.grants.http.push(pattern.into());
+        self
+    }
+
+    /// Grants TCP connections to `pattern` (`host:port`).
+    pub fn grant_tcp(mut self, pattern: &str) -> Self {
+        self.grants.tcp.push(pattern.into());
         self
     }
 

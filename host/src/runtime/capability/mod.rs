@@ -52,6 +52,8 @@ pub struct Grants {
     pub blob: Arc<BlobScope>,
     /// How much it may log, and how long its messages may be.
     pub log: LogLimits,
+    /// The hosts and ports it may reach, and how.
+    pub network: crate::runtime::network::SinkNetwork,
 }
 
 /// The per-instance state of every capability.

@@ -1,0 +1,152 @@
+//! `wasi:sockets` for a sink: TCP connections to granted addresses only.
+//!
+//! wasmtime checks each socket address before it is used; that check sees
+//! only an IP address, so name lookup is the host's too: it answers only
+//! names a TCP grant names, and remembers which name each address it gave
+//! stands for. A connect is then checked as that name (a granted name may
+//! reach only public addresses unless the address is granted as well) or,
+//! for an address the sink wrote itself, as that address. Binding is
+//! allowed only as the implicit bind of a connect; listening, accepting
+//! and UDP are refused.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+
+use wasmtime::component::{Linker, Resource, ResourceTable, ResourceType};
+use wasmtime_wasi::p2::Network;
+use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, IpAddress};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi_io::poll::{DynPollable, Pollable, subscribe};
+
+use super::SinkNetwork;
+
+/// The interface whose lookup the host replaces, in the version wasmtime
+/// links (older guest versions resolve to it by semver).
+const NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
+
+/// The store data the lookup functions need: the sink's network and the
+/// instance's resource table.
+pub trait HasNetwork: Send + 'static {
+    fn network(&mut self) -> (&SinkNetwork, &mut ResourceTable);
+}
+
+type Check = Pin<Box<dyn Future<Output = bool> + Send + Sync>>;
+
+/// wasmtime's per-address check for one sink's sockets.
+pub fn address_check(
+    network: SinkNetwork,
+) -> impl Fn(SocketAddr, SocketAddrUse) -> Check + Send + Sync + 'static {
+    move |address, use_| {
+        let allowed = decide(&network, address, use_);
+        Box::pin(async move { allowed })
+    }
+}
+
+fn decide(network: &SinkNetwork, address: SocketAddr, use_: SocketAddrUse) -> bool {
+    let refuse = |why: &dyn std::fmt::Display| {
+        tracing::warn!(sink = %network.sink, target = %address, "socket refused: {why}");
+        false
+    };
+    match use_ {
+        SocketAddrUse::TcpConnect => {
+            let name = network.name_of(address.ip());
+            match network
+                .grants
+                .check_tcp_address(name.as_deref(), address.ip(), address.port())
+            {
+                Ok(_) => true,
+                Err(refusal) => refuse(&refusal),
+            }
+        }
+        // A connect binds the socket to the wildcard address first.
+        SocketAddrUse::TcpBind if address.ip().is_unspecified() && address.port() == 0 => true,
+        SocketAddrUse::TcpBind | SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => {
+            refuse(&"sinks may not listen for connections")
+        }
+        _ => refuse(&"sinks may not use UDP"),
+    }
+}
+
+/// The answer to one lookup, complete when it is made.
+pub struct GrantedLookup {
+    addresses: std::vec::IntoIter<IpAddr>,
+}
+
+#[wasmtime_wasi_io::async_trait]
+impl Pollable for GrantedLookup {
+    async fn ready(&mut self) {}
+}
+
+/// Replaces `wasi:sockets/ip-name-lookup` in `linker` with the host's
+/// granted lookup.
+pub fn add_name_lookup_to_linker<T: HasNetwork>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut lookup = linker.instance(NAME_LOOKUP)?;
+    lookup.resource(
+        "resolve-address-stream",
+        ResourceType::host::<GrantedLookup>(),
+        |mut store, rep| {
+            let (_, table) = store.data_mut().network();
+            table.delete(Resource::<GrantedLookup>::new_own(rep))?;
+            Ok(())
+        },
+    )?;
+    lookup.func_wrap(
+        "resolve-addresses",
+        |mut store, (network, name): (Resource<Network>, String)| {
+            let (sink, table) = store.data_mut().network();
+            table.get(&network)?;
+            let answer = match resolve(sink, &name) {
+                Ok(addresses) => Ok(table.push(GrantedLookup {
+                    addresses: addresses.into_iter(),
+                })?),
+                Err(code) => Err(code),
+            };
+            Ok((answer,))
+        },
+    )?;
+    lookup.func_wrap(
+        "[method]resolve-address-stream.resolve-next-address",
+        |mut store, (this,): (Resource<GrantedLookup>,)| {
+            let (_, table) = store.data_mut().network();
+            let next = table.get_mut(&this)?.addresses.next().map(IpAddress::from);
+            Ok((Ok::<_, ErrorCode>(next),))
+        },
+    )?;
+    lookup.func_wrap(
+        "[method]resolve-address-stream.subscribe",
+        |mut store, (this,): (Resource<GrantedLookup>,)| {
+            let (_, table) = store.data_mut().network();
+            let pollable: Resource<DynPollable> = subscribe(table, this)?;
+            Ok((pollable,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// The addresses of `name` if a TCP grant names it, remembered for the
+/// connect check; an address literal is its own answer.
+fn resolve(network: &SinkNetwork, name: &str) -> Result<Vec<IpAddr>, ErrorCode> {
+    let literal = name.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return Ok(vec![ip]);
+    }
+    if !network.grants.allows_lookup(name) {
+        tracing::warn!(
+            sink = %network.sink,
+            target = %name,
+            "name lookup refused: no grants.tcp entry names `{name}`"
+        );
+        return Err(ErrorCode::PermanentResolverFailure);
+    }
+    let found: Vec<IpAddr> = (name, 0u16)
+        .to_socket_addrs()
+        .map_err(|_| ErrorCode::NameUnresolvable)?
+        .map(|address| address.ip())
+        .collect();
+    for ip in &found {
+        network.remember(name, *ip);
+    }
+    Ok(found)
+}
