@@ -218,6 +218,21 @@ fn a_granted_name_that_resolves_to_the_loopback_is_refused() {
 }
 
 #[test]
+fn a_granted_tcp_name_that_resolves_to_the_loopback_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tcp = tcp_server();
+    let outcome = run(
+        dir.path(),
+        probe(dir.path(), "tcp", &format!("localhost:{tcp}"))
+            .grant_tcp(&format!("localhost:{tcp}")),
+    );
+    assert_refused(
+        &outcome,
+        &["socket refused", "probe", "localhost", "loopback"],
+    );
+}
+
+#[test]
 fn an_ungranted_tcp_port_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let tcp = tcp_server();
