@@ -234,7 +234,7 @@ fn every_change_arrives_and_a_replayed_batch_is_the_same_request() {
             );
             after = batch.high.clone();
         }
-        if let Some(final_change) = log.iter().filter(|c| c.table.name == table.name).last() {
+        if let Some(final_change) = log.iter().rfind(|c| c.table.name == table.name) {
             assert!(
                 final_change.pos.to_hex() <= after,
                 "{}: its last change {} reached the receiver in no batch",

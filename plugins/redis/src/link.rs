@@ -15,10 +15,11 @@ use weir_sdk::{SinkError, log};
 
 use crate::config::Settings;
 
-/// Opens a TCP connection to `address` (`host:port`). The only place the
-/// sink opens a socket.
+/// Opens a TCP connection to `address` (`host:port`), through the SDK so
+/// the same grant applies natively as in the host (`grants.tcp`). The only
+/// place the sink opens a socket.
 pub fn connect(address: &str) -> io::Result<TcpStream> {
-    TcpStream::connect(address)
+    weir_sdk::net::tcp_connect(address)
 }
 
 /// One open, authenticated connection with the database selected.
@@ -36,8 +37,12 @@ impl Link {
     /// config key.
     pub fn open(settings: &Settings) -> Result<Link, SinkError> {
         let address = &settings.address;
-        let stream = connect(address).map_err(|e| {
-            SinkError::Retryable(format!("cannot connect to Redis at {address}: {e}"))
+        let stream = connect(address).map_err(|e| match e.kind() {
+            // Not granted: no retry changes that, the pipeline file must.
+            io::ErrorKind::PermissionDenied => {
+                SinkError::Fatal(format!("cannot connect to Redis at {address}: {e}"))
+            }
+            _ => SinkError::Retryable(format!("cannot connect to Redis at {address}: {e}")),
         })?;
         for (what, set) in [
             ("read", stream.set_read_timeout(Some(settings.timeout))),

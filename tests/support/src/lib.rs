@@ -8,7 +8,9 @@
 //! - [`read`]: reading what sinks wrote with readers we did not write;
 //! - [`expect`]: comparing that with the oracle;
 //! - [`batches`]: record batches as the host hands them to a sink;
-//! - [`kill`]: when crash tests kill the host.
+//! - [`kill`]: when crash tests kill the host;
+//! - [`redis`]: a private `redis-server` per test, and what the Redis sink
+//!   wrote read back and compared with the oracle.
 //!
 //! The default feature `host` brings in the `weir` crate (oracle, readers,
 //! expectations); without it the crate is light enough for a sink's own tests.
@@ -21,7 +23,11 @@ pub mod kill;
 pub mod pipeline;
 #[cfg(feature = "host")]
 pub mod read;
+pub mod redis;
 
+pub use self::redis::RedisServer;
+#[cfg(feature = "host")]
+pub use self::redis::{RedisContent, RedisView, StoredRow};
 pub use batches::BatchBuilder;
 pub use command::{plugin, positions_of, status, text, weir, weir_bin, workspace};
 #[cfg(feature = "host")]
