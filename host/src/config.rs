@@ -307,6 +307,9 @@ pub struct LimitsConfig {
     /// HTTP requests in flight at once.
     #[serde(default = "default_max_concurrent_requests")]
     pub max_concurrent_requests: u64,
+    /// TCP connections (sockets) open at once.
+    #[serde(default = "default_max_tcp_connections")]
+    pub max_tcp_connections: u64,
 }
 
 fn default_memory_mb() -> u64 {
@@ -356,6 +359,9 @@ fn default_max_response_mb() -> u64 {
 fn default_max_concurrent_requests() -> u64 {
     16
 }
+fn default_max_tcp_connections() -> u64 {
+    16
+}
 
 impl LimitsConfig {
     /// The bounds on the sink's outgoing network use.
@@ -367,6 +373,7 @@ impl LimitsConfig {
             between_bytes_timeout: Duration::from_millis(self.http_between_bytes_timeout_ms),
             max_response_bytes: self.max_response_mb.saturating_mul(1 << 20),
             max_concurrent_requests: self.max_concurrent_requests as usize,
+            max_tcp_connections: self.max_tcp_connections as usize,
         }
     }
 
@@ -430,6 +437,7 @@ impl LimitsConfig {
                 1,
                 1 << 16,
             ),
+            ("max_tcp_connections", self.max_tcp_connections, 1, 1 << 16),
         ];
         for (name, value, low, high) in checks {
             if !(low..=high).contains(&value) {
@@ -458,6 +466,7 @@ impl Default for LimitsConfig {
             http_between_bytes_timeout_ms: default_http_between_bytes_timeout_ms(),
             max_response_mb: default_max_response_mb(),
             max_concurrent_requests: default_max_concurrent_requests(),
+            max_tcp_connections: default_max_tcp_connections(),
         }
     }
 }

@@ -254,6 +254,39 @@ fn an_ungranted_tcp_port_is_refused() {
 }
 
 #[test]
+fn tcp_connections_past_the_cap_are_refused_and_closed_ones_count_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let tcp = tcp_server();
+    let outcome = run(
+        dir.path(),
+        probe(dir.path(), "tcp-hold", &format!("127.0.0.1:{tcp}"))
+            .config("count", "5")
+            .grant_tcp(&format!("127.0.0.1:{tcp}"))
+            .limit("max_tcp_connections", 3),
+    );
+    assert_refused(
+        &outcome,
+        &[
+            "TCP socket refused",
+            "probe",
+            "limits.max_tcp_connections = 3",
+            "connection 4",
+        ],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let outcome = run(
+        dir.path(),
+        probe(dir.path(), "tcp-cycle", &format!("127.0.0.1:{tcp}"))
+            .config("count", "5")
+            .grant_tcp(&format!("127.0.0.1:{tcp}"))
+            .limit("max_tcp_connections", 1),
+    );
+    assert_eq!(outcome.code, Some(0), "{}", outcome.report);
+    assert_eq!(outcome.result.as_deref(), Some("cycled 5"));
+}
+
+#[test]
 fn udp_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let tcp = tcp_server();

@@ -22,6 +22,8 @@ pub struct HostState {
     pub(super) http_gate: HttpGate,
     /// What the sink may reach, for the host's name lookup.
     pub(super) network: SinkNetwork,
+    /// TCP sockets the instance holds now.
+    pub(super) tcp_sockets: usize,
     /// The most linear memory the instance may hold, summed over all its
     /// memories: a component may carry several core modules, each with
     /// memories of its own.
@@ -54,6 +56,10 @@ impl WasiHttpView for HostState {
 impl HasNetwork for HostState {
     fn network(&mut self) -> (&SinkNetwork, &mut ResourceTable) {
         (&self.network, &mut self.table)
+    }
+
+    fn tcp_sockets(&mut self) -> &mut usize {
+        &mut self.tcp_sockets
     }
 }
 

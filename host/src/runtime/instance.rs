@@ -113,6 +113,7 @@ impl SinkInstance {
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             http_gate: network::http::HttpGate::new(network.clone()),
             network,
+            tcp_sockets: 0,
             memory_limit: limits.memory_bytes,
             memory_held: 0,
             memory_last_grow: 0,

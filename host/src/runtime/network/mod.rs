@@ -40,6 +40,8 @@ pub struct NetworkLimits {
     pub max_response_bytes: u64,
     /// Requests in flight at once.
     pub max_concurrent_requests: usize,
+    /// TCP sockets open at once.
+    pub max_tcp_connections: usize,
 }
 
 impl Default for NetworkLimits {
@@ -50,6 +52,7 @@ impl Default for NetworkLimits {
             between_bytes_timeout: Duration::from_secs(30),
             max_response_bytes: 64 << 20,
             max_concurrent_requests: 16,
+            max_tcp_connections: 16,
         }
     }
 }

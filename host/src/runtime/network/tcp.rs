@@ -13,21 +13,28 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 
 use wasmtime::component::{Linker, Resource, ResourceTable, ResourceType};
-use wasmtime_wasi::p2::Network;
-use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, IpAddress};
+use wasmtime_wasi::WasiView;
+use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, IpAddress, IpAddressFamily};
+use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
+use wasmtime_wasi::p2::{Network, TcpSocket};
 use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::sockets::WasiSocketsView as _;
 use wasmtime_wasi_io::poll::{DynPollable, Pollable, subscribe};
 
 use super::SinkNetwork;
 
-/// The interface whose lookup the host replaces, in the version wasmtime
-/// links (older guest versions resolve to it by semver).
+/// The interfaces whose lookup and socket creation the host replaces, in
+/// the version wasmtime links (older guest versions resolve to them by
+/// semver).
 const NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
+const CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
+const TCP: &str = "wasi:sockets/tcp@0.2.12";
 
-/// The store data the lookup functions need: the sink's network and the
-/// instance's resource table.
-pub trait HasNetwork: Send + 'static {
+/// The store data the replaced functions need: the sink's network, the
+/// instance's resource table, and how many TCP sockets it holds.
+pub trait HasNetwork: WasiView + Send + 'static {
     fn network(&mut self) -> (&SinkNetwork, &mut ResourceTable);
+    fn tcp_sockets(&mut self) -> &mut usize;
 }
 
 type Check = Pin<Box<dyn Future<Output = bool> + Send + Sync>>;
@@ -78,9 +85,46 @@ impl Pollable for GrantedLookup {
 }
 
 /// Replaces `wasi:sockets/ip-name-lookup` in `linker` with the host's
-/// granted lookup.
+/// granted lookup, and TCP socket creation with one that counts the
+/// instance's sockets against `limits.max_tcp_connections`.
 pub fn add_name_lookup_to_linker<T: HasNetwork>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
+    linker.instance(CREATE_SOCKET)?.func_wrap(
+        "create-tcp-socket",
+        |mut store, (family,): (IpAddressFamily,)| {
+            let state = store.data_mut();
+            let held = *state.tcp_sockets();
+            let (network, _) = state.network();
+            let most = network.limits.max_tcp_connections;
+            if held >= most {
+                tracing::warn!(
+                    sink = %network.sink,
+                    "TCP socket refused: {held} already open (limits.max_tcp_connections = {most})"
+                );
+                return Ok((Err(ErrorCode::NewSocketLimit),));
+            }
+            match state.sockets().create_tcp_socket(family) {
+                Ok(socket) => {
+                    *state.tcp_sockets() += 1;
+                    Ok((Ok(socket),))
+                }
+                Err(error) => Ok((Err(error.downcast()?),)),
+            }
+        },
+    )?;
+    // The same resource, with a destructor that also counts it out.
+    linker.instance(TCP)?.resource(
+        "tcp-socket",
+        ResourceType::host::<TcpSocket>(),
+        |mut store, rep| {
+            let state = store.data_mut();
+            let (_, table) = state.network();
+            table.delete(Resource::<TcpSocket>::new_own(rep))?;
+            let held = state.tcp_sockets();
+            *held = held.saturating_sub(1);
+            Ok(())
+        },
+    )?;
     let mut lookup = linker.instance(NAME_LOOKUP)?;
     lookup.resource(
         "resolve-address-stream",
