@@ -8,15 +8,14 @@
 //! `ICEBERG_BENCH_CHANGES` sets the workload size (default 200000).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::runtime::plugin;
-use weir::runtime::{BlobScope, Limits, Plugin, SinkInstance, WasmEngine};
+use weir::runtime::Limits;
+use weir::runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;
-use support::prepare;
+use support::{InProcess, prepare};
 
 /// `total-records` of a table's current snapshot, from its newest metadata.
 fn total_records(table: &std::path::Path) -> u64 {
@@ -75,25 +74,9 @@ fn main() {
         });
     let scratch = tempfile::tempdir_in(&base).unwrap();
     println!("scratch folder {}", scratch.path().display());
-    let io = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
-    let linker = plugin::linker(&engine).unwrap();
+    let host = InProcess::new(scratch.path());
     let started = Instant::now();
-    let loaded = Arc::new(
-        Plugin::load(
-            &engine,
-            &linker,
-            &wasm,
-            None,
-            &Default::default(),
-            &Default::default(),
-        )
-        .unwrap(),
-    );
+    let loaded = host.load(&wasm, &Default::default());
     println!("component compiled in {:?}", started.elapsed());
     let limits = Limits {
         memory_bytes: 2 << 30,
@@ -110,21 +93,7 @@ fn main() {
             "warehouse".to_string(),
             format!("file://{}", root.display()),
         )];
-        let blob = BlobScope::open(
-            root.to_str().unwrap(),
-            &[],
-            scratch.path(),
-            io.handle().clone(),
-        )
-        .unwrap();
-        let mut instance = SinkInstance::instantiate(
-            &loaded,
-            "bench",
-            Arc::new(blob),
-            weir::runtime::network::SinkNetwork::none("bench"),
-            &limits,
-        )
-        .unwrap();
+        let mut instance = host.instance(&loaded, &root, SinkNetwork::none("bench"), &limits);
         instance.open("bench", &config).unwrap();
         let started = Instant::now();
         for p in &batches {

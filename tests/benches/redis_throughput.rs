@@ -48,15 +48,14 @@ use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use weir::change::Op;
+use weir::runtime::Limits;
 use weir::runtime::network::{NetworkGrants, NetworkLimits, SinkNetwork};
-use weir::runtime::plugin;
-use weir::runtime::{BlobScope, Limits, Plugin, SinkInstance, WasmEngine};
 use weir_sdk::native::NativeSink;
 use weir_test_support::redis::{Dumped, dump, escape_key_part, render_value};
 use weir_test_support::{PipelineBuilder, RedisServer, SinkBuilder, value_at};
 
 mod support;
-use support::{Prepared, prepare};
+use support::{InProcess, Prepared, prepare};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -183,18 +182,9 @@ fn main() {
     let address = server.address();
     let config = vec![("address".to_string(), address.clone())];
     let scratch = tempfile::tempdir().unwrap();
-    let io = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
-    let linker = plugin::linker(&engine).unwrap();
+    let host = InProcess::new(scratch.path());
     let grants = NetworkGrants::parse(Vec::<String>::new(), [address.as_str()]).unwrap();
-    let loaded = Arc::new(
-        Plugin::load(&engine, &linker, &wasm, None, &Default::default(), &grants)
-            .unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-plugins)", wasm.display())),
-    );
+    let loaded = host.load(&wasm, &grants);
     let limits = Limits {
         memory_bytes: 1 << 30,
         call_timeout: Duration::from_secs(60),
@@ -202,16 +192,9 @@ fn main() {
     };
 
     let run_wasm = || {
-        let blob = BlobScope::open(
-            scratch.path().join("unused").to_str().unwrap(),
-            &[],
-            scratch.path(),
-            io.handle().clone(),
-        )
-        .unwrap();
         let network = SinkNetwork::new("bench", Arc::new(grants.clone()), NetworkLimits::default());
-        let mut instance =
-            SinkInstance::instantiate(&loaded, "bench", Arc::new(blob), network, &limits).unwrap();
+        let root = scratch.path().join("unused");
+        let mut instance = host.instance(&loaded, &root, network, &limits);
         instance.open("bench", &config).unwrap();
         let started = Instant::now();
         for p in &batches {

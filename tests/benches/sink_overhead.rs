@@ -6,15 +6,14 @@
 //! `cargo bench -p weir-tests --bench sink_overhead` (after scripts/build-plugins).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::runtime::plugin;
-use weir::runtime::{BlobScope, Limits, Plugin, SinkInstance, WasmEngine};
+use weir::runtime::Limits;
+use weir::runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;
-use support::prepare;
+use support::{InProcess, prepare};
 
 fn main() {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -29,24 +28,8 @@ fn main() {
     );
 
     let scratch = tempfile::tempdir().unwrap();
-    let io = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
-    let linker = plugin::linker(&engine).unwrap();
-    let loaded = Arc::new(
-        Plugin::load(
-            &engine,
-            &linker,
-            &wasm,
-            None,
-            &Default::default(),
-            &Default::default(),
-        )
-        .unwrap(),
-    );
+    let host = InProcess::new(scratch.path());
+    let loaded = host.load(&wasm, &Default::default());
     let limits = Limits {
         memory_bytes: 1 << 30,
         call_timeout: Duration::from_secs(60),
@@ -57,21 +40,7 @@ fn main() {
     let mut native_best = Duration::MAX;
     for round in 0..3 {
         let root = scratch.path().join(format!("wasm-{round}"));
-        let blob = BlobScope::open(
-            root.to_str().unwrap(),
-            &[],
-            scratch.path(),
-            io.handle().clone(),
-        )
-        .unwrap();
-        let mut instance = SinkInstance::instantiate(
-            &loaded,
-            "bench",
-            Arc::new(blob),
-            weir::runtime::network::SinkNetwork::none("bench"),
-            &limits,
-        )
-        .unwrap();
+        let mut instance = host.instance(&loaded, &root, SinkNetwork::none("bench"), &limits);
         instance.open("bench", &[]).unwrap();
         let started = Instant::now();
         for p in &batches {

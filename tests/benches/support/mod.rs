@@ -100,3 +100,69 @@ pub fn prepare(changes: u64, max_rows: usize) -> (Vec<Prepared>, usize) {
     }
     (out, rows)
 }
+
+/// What calling a plugin in process takes, set up once the way the host
+/// does it: one wasmtime engine (its compile cache under `scratch`), the
+/// sink linker, and the I/O runtime blob stores run on.
+pub struct InProcess {
+    scratch: std::path::PathBuf,
+    io: tokio::runtime::Runtime,
+    engine: weir::runtime::WasmEngine,
+    linker: weir::runtime::plugin::SinkLinker,
+}
+
+impl InProcess {
+    pub fn new(scratch: &std::path::Path) -> Self {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let engine = weir::runtime::WasmEngine::new(&scratch.join("cache")).unwrap();
+        let linker = weir::runtime::plugin::linker(&engine).unwrap();
+        InProcess {
+            scratch: scratch.to_path_buf(),
+            io,
+            engine,
+            linker,
+        }
+    }
+
+    /// Loads (and compiles, the first time) the plugin at `wasm`, checked
+    /// against `network`.
+    pub fn load(
+        &self,
+        wasm: &std::path::Path,
+        network: &weir::runtime::network::NetworkGrants,
+    ) -> Arc<weir::runtime::Plugin> {
+        let loaded = weir::runtime::Plugin::load(
+            &self.engine,
+            &self.linker,
+            wasm,
+            None,
+            &Default::default(),
+            network,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-plugins)", wasm.display()));
+        Arc::new(loaded)
+    }
+
+    /// A fresh instance of `plugin` as sink `bench`, its blob root `root`.
+    pub fn instance(
+        &self,
+        plugin: &Arc<weir::runtime::Plugin>,
+        root: &std::path::Path,
+        network: weir::runtime::network::SinkNetwork,
+        limits: &weir::runtime::Limits,
+    ) -> weir::runtime::SinkInstance {
+        let blob = weir::runtime::BlobScope::open(
+            root.to_str().unwrap(),
+            &[],
+            &self.scratch,
+            self.io.handle().clone(),
+        )
+        .unwrap();
+        weir::runtime::SinkInstance::instantiate(plugin, "bench", Arc::new(blob), network, limits)
+            .unwrap()
+    }
+}
