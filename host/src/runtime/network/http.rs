@@ -53,7 +53,9 @@ impl WasiHttpHooks for HttpGate {
         let network = self.network.clone();
         let in_flight = self.in_flight.clone();
         Box::new(async move {
-            let (response, _) = send(&network, &in_flight, request, options).await?;
+            let response = send(&network, &in_flight, request, options).await?;
+            // `send` gives the connection a task of its own, so the caller
+            // has nothing left to drive.
             let io: Box<dyn Future<Output = Result<(), Error>> + Send> = Box::new(async { Ok(()) });
             Ok((response, io))
         })
@@ -70,7 +72,7 @@ async fn send(
     in_flight: &Arc<Semaphore>,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
-) -> Result<(http::Response<WasiBody>, ()), Error> {
+) -> Result<http::Response<WasiBody>, Error> {
     let limits = network.limits;
     let uri = request.uri().clone();
     let target = format!(
@@ -229,7 +231,7 @@ async fn send(
         }
         .boxed_unsync()
     });
-    Ok((response, ()))
+    Ok(response)
 }
 
 trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
