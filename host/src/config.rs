@@ -580,7 +580,7 @@ impl PipelineConfig {
     }
 }
 
-fn check_name(field: &str, name: &str) -> Result<(), String> {
+pub(crate) fn check_name(field: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && name

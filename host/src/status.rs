@@ -55,7 +55,13 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
     let source = setup::make_source(config, &RunOptions::default(), io)?;
     let head = source.head();
     let tables = source.tables();
-    let started = match setup::start_sinks(config, &engine, io) {
+    let factory = setup::SinkFactory::new(
+        &engine,
+        io,
+        crate::metrics::PipelineMetrics::detached(),
+        None,
+    )?;
+    let started = match setup::start_sinks(config, &factory) {
         Ok(sinks) => Some(sinks),
         Err(e) => {
             tracing::warn!("{e}");

@@ -250,6 +250,26 @@ impl HostPattern {
         }
     }
 
+    /// True when everything `other` names this pattern names too: how a
+    /// tenant's grants bound what its sinks may be granted.
+    pub fn covers(&self, other: &HostPattern) -> bool {
+        match other {
+            HostPattern::Name(name) => self.matches_name(name),
+            HostPattern::Subdomains(parent) => match self {
+                HostPattern::Subdomains(own) => own == parent || self.matches_name(parent),
+                _ => false,
+            },
+            HostPattern::Address(ip) => self.matches_ip(*ip),
+            HostPattern::Range(range) => match self {
+                HostPattern::Range(own) => own.contains(range),
+                HostPattern::Address(ip) => {
+                    range.prefix_len() == range.max_prefix_len() && range.addr() == *ip
+                }
+                _ => false,
+            },
+        }
+    }
+
     /// True when this pattern matches `host`.
     pub fn matches(&self, host: &Host) -> bool {
         match host {
@@ -600,6 +620,32 @@ impl Grants {
     /// True when nothing is granted.
     pub fn is_empty(&self) -> bool {
         self.http.is_empty() && self.tcp.is_empty()
+    }
+
+    /// Checks that every grant of `narrower` lies within one of these (same
+    /// scheme and port, a host pattern this one covers); the error names
+    /// the first that does not, as `http` or `tcp` and its pattern.
+    pub fn check_within(&self, narrower: &Grants) -> Result<(), (GrantKind, String)> {
+        for grant in &narrower.http {
+            let within = self.http.iter().any(|own| {
+                own.scheme() == grant.scheme()
+                    && own.port() == grant.port()
+                    && own.host().covers(grant.host())
+            });
+            if !within {
+                return Err((GrantKind::Http, grant.to_string()));
+            }
+        }
+        for grant in &narrower.tcp {
+            let within = self
+                .tcp
+                .iter()
+                .any(|own| own.port() == grant.port() && own.host().covers(grant.host()));
+            if !within {
+                return Err((GrantKind::Tcp, grant.to_string()));
+            }
+        }
+        Ok(())
     }
 
     /// The grant that allows a request to `scheme://host:port` (`port`

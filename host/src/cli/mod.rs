@@ -1,6 +1,7 @@
 //! The `weir` command line: its commands, and what each prints
 //! ([`render`]). Errors come back as one sentence for `main` to print.
 
+pub mod ctl;
 mod render;
 
 use std::path::PathBuf;
@@ -12,7 +13,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::config::PipelineConfig;
-use crate::pipeline::{self, RunOptions};
+use crate::metrics::PipelineMetrics;
+use crate::pipeline::{self, Control, RunHost, RunOptions};
 use crate::runtime::{WasmEngine, plugin};
 
 #[derive(Parser)]
@@ -40,10 +42,23 @@ pub enum Command {
     },
     /// Show where every sink stands for every table.
     Status {
+        /// The pipeline file; with --server, TENANT/PIPELINE.
         pipeline: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Ask this `weir serve` (the store of a pipeline that runs is
+        /// locked; only the server can say where it stands).
+        #[arg(long, env = "WEIR_SERVER")]
+        server: Option<String>,
+        /// The operator's or the tenant's token, with --server.
+        #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
+    /// Run many tenants' pipelines and the admin API until SIGTERM
+    /// (docs/serve.md).
+    Serve { host_file: PathBuf },
+    /// Steer a running `weir serve`: pipelines, plugin swaps, readiness.
+    Ctl(ctl::CtlArgs),
     /// Work with plugin files.
     Plugin {
         #[command(subcommand)]
@@ -81,7 +96,15 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
             let io = io_runtime()?;
             let stop = Arc::new(AtomicBool::new(false));
             io.spawn(stop_on_signals(stop.clone()));
-            let result = pipeline::run(&config, &RunOptions { max_changes }, io.handle(), stop);
+            let engine = WasmEngine::new(&config.cache_dir()).map_err(|e| e.to_string())?;
+            let control = Control::with_stop(stop, PipelineMetrics::detached());
+            let host = RunHost {
+                io: io.handle(),
+                engine: &engine,
+                control: &control,
+                tenant: None,
+            };
+            let result = pipeline::run(&config, &RunOptions { max_changes }, &host);
             // A sink thread left behind (it overran its deadline) may still
             // hold blocking I/O on this runtime; it must not hold the exit.
             io.shutdown_timeout(SHUTDOWN_GRACE);
@@ -93,7 +116,33 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
                 Ok(ExitCode::from(EXIT_SINK_DISABLED))
             }
         }
-        Command::Status { pipeline, json } => {
+        Command::Status {
+            pipeline,
+            json,
+            server: Some(server),
+            token,
+        } => {
+            // WEIR_SERVER exported for `weir ctl` also lands here, so the
+            // refusal of a file path says why a name was expected.
+            let name = pipeline
+                .to_str()
+                .unwrap_or_default()
+                .parse::<ctl::PipelineName>()
+                .map_err(|e| {
+                    format!(
+                        "{e} (with --server or WEIR_SERVER set, `weir status` asks the server \
+                         for TENANT/PIPELINE; unset WEIR_SERVER to read a pipeline file)"
+                    )
+                })?;
+            let client = ctl::AdminClient::new(&server, token)?;
+            ctl::remote_status(&client, &name, json)
+        }
+        Command::Status {
+            pipeline,
+            json,
+            server: None,
+            token: _,
+        } => {
             let config = PipelineConfig::load(&pipeline).map_err(|e| e.to_string())?;
             let io = io_runtime()?;
             let status = crate::status::status(&config, io.handle()).map_err(|e| e.to_string())?;
@@ -113,6 +162,8 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
             render::plugin_info(&info, json);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve { host_file } => crate::serve::serve(&host_file),
+        Command::Ctl(args) => ctl::dispatch(args),
     }
 }
 

@@ -7,20 +7,22 @@
 //! executor's effects, and [`run`] is the loop that feeds the batcher and
 //! acknowledges what the core checkpoints.
 
+pub mod control;
 pub mod setup;
 mod shell;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::batch::{Batcher, Flush};
 use crate::commit::{ClaimRefused, Core, Resume, Stop};
 use crate::config::PipelineConfig;
-use crate::runtime::WasmEngine;
+use crate::runtime::{TenantShare, WasmEngine};
 use crate::source::Source;
 use crate::store::{EmbeddedStore, PositionStore};
+pub use control::{Control, SwapDone, SwapRequest};
+use setup::SinkFactory;
 use shell::Shell;
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +52,16 @@ pub struct RunOptions {
     pub max_changes: Option<u64>,
 }
 
+/// How often a paused run looks whether it was resumed, stopped or asked
+/// to swap.
+const PAUSE_STEP: Duration = Duration::from_millis(20);
+
+#[derive(Debug, PartialEq, Eq)]
+enum Boundary {
+    Go,
+    Stop,
+}
+
 /// What a run did, for the command line to print.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RunReport {
@@ -64,19 +76,29 @@ pub struct RunReport {
     pub disabled: BTreeMap<String, String>,
 }
 
-/// Runs a pipeline until its source ends (bounded) or `stop` is set. `io`
-/// is the runtime that carries the blob stores' and the source's I/O.
+/// What a run gets from whoever starts it: the I/O runtime that carries
+/// the blob stores' and the source's I/O, the engine (shared by every
+/// pipeline of a `weir serve`), the control it is steered by, and what its
+/// sinks share with the other sinks of their tenant.
+pub struct RunHost<'a> {
+    pub io: &'a tokio::runtime::Handle,
+    pub engine: &'a WasmEngine,
+    pub control: &'a Arc<Control>,
+    pub tenant: Option<Arc<TenantShare>>,
+}
+
+/// Runs a pipeline until its source ends (bounded) or it is stopped.
 pub fn run(
     config: &PipelineConfig,
     options: &RunOptions,
-    io: &tokio::runtime::Handle,
-    stop: Arc<AtomicBool>,
+    host: &RunHost,
 ) -> Result<RunReport, RunError> {
     let store = EmbeddedStore::open(&config.store_path())?;
     let epoch = store.next_epoch(&config.pipeline)?;
-    let engine = WasmEngine::new(&config.cache_dir())?;
-    let sinks = setup::start_sinks(config, &engine, io)?;
-    let mut source = setup::make_source(config, options, io)?;
+    let metrics = host.control.metrics.clone();
+    let factory = SinkFactory::new(host.engine, host.io, metrics.clone(), host.tenant.clone())?;
+    let sinks = setup::start_sinks(config, &factory)?;
+    let mut source = setup::make_source(config, options, host.io)?;
     let tables = source.tables();
     let descriptions = setup::describe_tables(config, &tables)?;
     let table_names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
@@ -99,6 +121,7 @@ pub fn run(
         Box::new(store),
         descriptions,
         report,
+        metrics,
     );
     core.set_source_head(source.ceiling()?);
     tracing::info!(pipeline = %config.pipeline, epoch, "starting");
@@ -111,14 +134,18 @@ pub fn run(
     source.resume_after(resumed_after.as_ref())?;
     shell.report.epoch = core.epoch();
     shell.report.resumed_after = resumed_after.as_ref().map(ToString::to_string);
+    shell.publish(&core, &table_names, host.control, None);
+    host.control.mark_recovered();
 
     let mut batcher = setup::batcher(config, &tables, shell.descriptions());
     let mut run = Run {
         core: &mut core,
         shell: &mut shell,
         source: source.as_mut(),
+        control: host.control,
+        tables: &table_names,
     };
-    run.until_done(&mut batcher, config, &stop)?;
+    run.until_done(&mut batcher, config)?;
     shell.report.checkpoint = core.checkpoint().map(ToString::to_string);
     Ok(shell.report)
 }
@@ -129,6 +156,8 @@ struct Run<'a> {
     core: &'a mut Core,
     shell: &'a mut Shell,
     source: &'a mut dyn Source,
+    control: &'a Arc<Control>,
+    tables: &'a [String],
 }
 
 impl Run<'_> {
@@ -136,20 +165,21 @@ impl Run<'_> {
         &mut self,
         batcher: &mut Batcher,
         config: &PipelineConfig,
-        stop: &AtomicBool,
     ) -> Result<(), RunError> {
         let pace = config.source.pace();
         let mut last_heartbeat = Instant::now();
         loop {
-            if stop.load(Ordering::Relaxed) {
-                tracing::info!("stopping at a commit boundary");
-                return self.flush(batcher.flush(false));
+            if self.control.wants_boundary() && self.at_boundary(batcher)? == Boundary::Stop {
+                return Ok(());
             }
             match self.source.next_transaction()? {
                 Some(tx) => {
                     // An empty transaction is a source heartbeat, not a transaction.
                     self.shell.report.transactions += u64::from(!tx.changes.is_empty());
                     self.shell.report.changes += tx.changes.len() as u64;
+                    if !tx.changes.is_empty() {
+                        self.shell.note_pending();
+                    }
                     for flush in batcher.push(tx)? {
                         self.flush(Some(flush))?;
                     }
@@ -187,6 +217,71 @@ impl Run<'_> {
         if let Some(position) = self.shell.take_checkpoint() {
             self.source.acknowledge(&position)?;
         }
+        self.shell.publish(
+            self.core,
+            self.tables,
+            self.control,
+            self.source.lag_bytes(),
+        );
         Ok(())
+    }
+
+    /// Something waits for a commit boundary: commits what the batcher
+    /// holds, then stops, swaps workers, or waits while paused.
+    fn at_boundary(&mut self, batcher: &mut Batcher) -> Result<Boundary, RunError> {
+        let mut noticed = Instant::now();
+        self.flush(batcher.flush(false))?;
+        let mut paused = false;
+        loop {
+            if self.control.stopping() {
+                tracing::info!("stopped at a commit boundary");
+                return Ok(Boundary::Stop);
+            }
+            for request in self.control.take_swaps() {
+                self.swap(request, noticed);
+            }
+            if !self.control.paused() {
+                if paused {
+                    tracing::info!("resumed");
+                    self.control.metrics.state("running");
+                }
+                self.control.settle();
+                return Ok(Boundary::Go);
+            }
+            if !paused {
+                paused = true;
+                tracing::info!("paused at a commit boundary");
+                self.control.metrics.state("paused");
+            }
+            // A swap asked for while paused is made at once: this is a
+            // commit boundary all along.
+            self.control.wait_while_paused(PAUSE_STEP);
+            noticed = Instant::now();
+        }
+    }
+
+    /// Hands a sink's batches to the worker of its new version, or says why
+    /// not; the old worker stays in place when the new one is refused.
+    fn swap(&mut self, request: SwapRequest, noticed: Instant) {
+        let sink = request.sink.clone();
+        let answer = self
+            .shell
+            .swap(self.core, self.tables, &sink, request.worker)
+            .map(|()| SwapDone {
+                sink: sink.clone(),
+                pause_ms: noticed.elapsed().as_secs_f64() * 1000.0,
+                at: self.core.checkpoint().map(ToString::to_string),
+            });
+        match &answer {
+            Ok(done) => {
+                self.control.metrics.swap(&sink, "swapped");
+                tracing::info!(sink = %sink, pause_ms = done.pause_ms, "plugin swapped at a commit boundary");
+            }
+            Err(e) => {
+                self.control.metrics.swap(&sink, "refused");
+                tracing::warn!(sink = %sink, "plugin swap refused: {e}");
+            }
+        }
+        let _ = request.reply.send(answer);
     }
 }

@@ -13,10 +13,12 @@ use crate::batch::{BatchLimits, Batcher};
 use crate::change::TableSchema;
 use crate::commit::SinkSpec;
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
+use crate::metrics::PipelineMetrics;
 use crate::runtime::capability::{blobstore::BlobLimits, log::LogLimits};
 use crate::runtime::network::SinkNetwork;
 use crate::runtime::{
-    BlobScope, Limits, Plugin, SinkWorker, TableDescription, WasmEngine, WorkerSpec, plugin,
+    BlobScope, Limits, Plugin, SinkWorker, TableDescription, TenantShare, WasmEngine, WorkerSpec,
+    plugin,
 };
 use crate::source::Source;
 use crate::source::generator::{Generator, GeneratorConfig};
@@ -59,22 +61,102 @@ pub struct Sinks {
     pub failed_to_start: BTreeMap<String, String>,
 }
 
+/// What starts sink workers: the engine, a linker made once, the I/O
+/// runtime, and what every worker of this pipeline reports into and shares.
+pub struct SinkFactory<'a> {
+    engine: &'a WasmEngine,
+    linker: plugin::SinkLinker,
+    io: tokio::runtime::Handle,
+    metrics: PipelineMetrics,
+    tenant: Option<Arc<TenantShare>>,
+}
+
+impl<'a> SinkFactory<'a> {
+    pub fn new(
+        engine: &'a WasmEngine,
+        io: &tokio::runtime::Handle,
+        metrics: PipelineMetrics,
+        tenant: Option<Arc<TenantShare>>,
+    ) -> Result<Self, RunError> {
+        Ok(SinkFactory {
+            engine,
+            linker: plugin::linker(engine)?,
+            io: io.clone(),
+            metrics,
+            tenant,
+        })
+    }
+
+    /// Loads `sink`'s plugin from `plugin` (pinned to `sha256` if given),
+    /// checks it against the contract and its grants, instantiates it and
+    /// calls its `open`. Whatever fails is said in the error.
+    pub fn start(
+        &self,
+        config: &PipelineConfig,
+        sink: &SinkConfig,
+        plugin: &Path,
+        sha256: Option<&str>,
+    ) -> Result<SinkWorker, String> {
+        // Checked when the pipeline file was read; this only converts.
+        let grants = Arc::new(sink.grants.parse()?);
+        let loaded = Plugin::load(
+            self.engine,
+            &self.linker,
+            plugin,
+            sha256,
+            &sink.limits.compile_limits(),
+            &grants,
+        )
+        .map_err(|e| e.to_string())?;
+        let options: Vec<(String, String)> = sink
+            .blob_store
+            .options
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let url = &sink.blob_store.url;
+        let mut blob = BlobScope::open(url, &options, &config.base_dir, self.io.clone())
+            .map_err(|e| e.to_string())?
+            .with_limits(BlobLimits::from_config(&sink.name, url, &sink.limits));
+        if let Some(share) = &self.tenant {
+            blob = blob.with_tenant(share.clone());
+        }
+        SinkWorker::start(WorkerSpec {
+            name: sink.name.clone(),
+            plugin: Arc::new(loaded),
+            blob: Arc::new(blob),
+            network: SinkNetwork::new(&sink.name, grants, sink.limits.network_limits()),
+            limits: Limits {
+                memory_bytes: (sink.limits.memory_mb << 20) as usize,
+                call_timeout: Duration::from_millis(sink.limits.call_timeout_ms),
+                log: LogLimits::from_config(&sink.limits),
+            },
+            retries: sink.retries,
+            pipeline: config.pipeline.clone(),
+            config: sink
+                .config
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            metrics: self.metrics.sink(&sink.name),
+            tenant: self.tenant.clone(),
+        })
+        .map_err(|e| format!("failed to start: {e}"))
+    }
+}
+
 /// Loads, checks and starts every sink of the pipeline. A required sink
 /// that cannot start fails the run; an optional one is left out of it.
-pub fn start_sinks(
-    config: &PipelineConfig,
-    engine: &WasmEngine,
-    io: &tokio::runtime::Handle,
-) -> Result<Sinks, RunError> {
+pub fn start_sinks(config: &PipelineConfig, factory: &SinkFactory) -> Result<Sinks, RunError> {
     check_roots(config)?;
-    let linker = plugin::linker(engine)?;
     let mut sinks = Sinks {
         workers: Vec::new(),
         specs: Vec::new(),
         failed_to_start: BTreeMap::new(),
     };
     for sink in &config.sinks {
-        match start_sink(config, sink, engine, &linker, io) {
+        let plugin = config.resolve(&sink.plugin);
+        match factory.start(config, sink, &plugin, sink.sha256.as_deref()) {
             Ok(worker) => {
                 sinks.specs.push(SinkSpec {
                     name: sink.name.clone(),
@@ -102,56 +184,6 @@ pub fn start_sinks(
         }
     }
     Ok(sinks)
-}
-
-fn start_sink(
-    config: &PipelineConfig,
-    sink: &SinkConfig,
-    engine: &WasmEngine,
-    linker: &plugin::SinkLinker,
-    io: &tokio::runtime::Handle,
-) -> Result<SinkWorker, String> {
-    let path = config.resolve(&sink.plugin);
-    // Checked when the pipeline file was read; this only converts.
-    let grants = Arc::new(sink.grants.parse()?);
-    let loaded = Plugin::load(
-        engine,
-        linker,
-        &path,
-        sink.sha256.as_deref(),
-        &sink.limits.compile_limits(),
-        &grants,
-    )
-    .map_err(|e| e.to_string())?;
-    let options: Vec<(String, String)> = sink
-        .blob_store
-        .options
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let url = &sink.blob_store.url;
-    let blob = BlobScope::open(url, &options, &config.base_dir, io.clone())
-        .map_err(|e| e.to_string())?
-        .with_limits(BlobLimits::from_config(&sink.name, url, &sink.limits));
-    SinkWorker::start(WorkerSpec {
-        name: sink.name.clone(),
-        plugin: Arc::new(loaded),
-        blob: Arc::new(blob),
-        network: SinkNetwork::new(&sink.name, grants, sink.limits.network_limits()),
-        limits: Limits {
-            memory_bytes: (sink.limits.memory_mb << 20) as usize,
-            call_timeout: Duration::from_millis(sink.limits.call_timeout_ms),
-            log: LogLimits::from_config(&sink.limits),
-        },
-        retries: sink.retries,
-        pipeline: config.pipeline.clone(),
-        config: sink
-            .config
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-    })
-    .map_err(|e| format!("failed to start: {e}"))
 }
 
 /// Where a sink's root lies, to tell whether two roots overlap.

@@ -4,17 +4,21 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
+use weir_core::commit::Origin;
 use weir_core::commit::{commit_batch, recover_all};
 use weir_core::{
     CrashPoint, Effects, ExecError, Failure, FailureKind, Record, SinkCall, SinkClaim, SinkId,
 };
 
+use super::control::Control;
 use super::setup::Sinks;
 use super::{RunError, RunReport};
 use crate::batch::{Flush, TableBatch};
 use crate::commit::{Core, Resume};
 use crate::failpoint;
+use crate::metrics::{PipelineMetrics, SinkMetrics};
 use crate::position::Position;
 use crate::runtime::{BatchHeader, CallError, SinkError, SinkWorker, TableDescription};
 use crate::store::{Entry, PositionStore};
@@ -34,6 +38,10 @@ pub(super) struct Shell {
     /// True while recovering: store writes then are repairs, worth a warning.
     recovering: bool,
     pub(super) report: RunReport,
+    metrics: PipelineMetrics,
+    sink_metrics: Vec<SinkMetrics>,
+    /// When the oldest change not yet committed was read.
+    oldest_pending: Option<Instant>,
 }
 
 impl Shell {
@@ -43,8 +51,12 @@ impl Shell {
         store: Box<dyn PositionStore>,
         descriptions: HashMap<String, Arc<TableDescription>>,
         report: RunReport,
+        metrics: PipelineMetrics,
     ) -> Self {
         Shell {
+            sink_metrics: sinks.specs.iter().map(|s| metrics.sink(&s.name)).collect(),
+            metrics,
+            oldest_pending: None,
             pipeline: pipeline.to_string(),
             sink_names: sinks.specs.iter().map(|s| s.name.clone()).collect(),
             sinks: sinks.workers,
@@ -91,8 +103,10 @@ impl Shell {
                 batch.low.clone(),
                 batch.high.clone(),
             );
+            let rows = batch.records.num_rows() as u64;
             self.batch = Some(batch);
             self.encoded.clear();
+            let started = Instant::now();
             let result = commit_batch(core, &table, low, high, self);
             self.batch = None;
             if let Err(e) = result {
@@ -103,6 +117,125 @@ impl Shell {
                 return Err(run_error(e));
             }
             self.report.batches_committed += 1;
+            self.metrics.rows_in(&table, rows);
+            self.metrics
+                .commit_seconds(&table, started.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+
+    /// Notes that changes were read and wait to be committed (for the lag).
+    pub(super) fn note_pending(&mut self) {
+        self.oldest_pending.get_or_insert_with(Instant::now);
+    }
+
+    /// Shows where the run stands: in its live status and its metrics.
+    pub(super) fn publish(
+        &mut self,
+        core: &Core,
+        tables: &[String],
+        control: &Control,
+        lag_bytes: Option<u64>,
+    ) {
+        let lag_seconds = self
+            .oldest_pending
+            .take()
+            .map_or(0.0, |since| since.elapsed().as_secs_f64());
+        self.metrics.source_lag(lag_bytes, Some(lag_seconds));
+        let report = &self.report;
+        control.update_live(|live| {
+            live.epoch = core.epoch();
+            live.transactions = report.transactions;
+            live.changes = report.changes;
+            live.batches_committed = report.batches_committed;
+            live.checkpoint = core.checkpoint().map(ToString::to_string);
+            live.lag_seconds = lag_seconds;
+            live.lag_bytes = lag_bytes;
+            for (sink, name) in self.sink_names.iter().enumerate() {
+                let spec = core.sink_spec(sink);
+                let entry = live.sinks.entry(name.clone()).or_default();
+                entry.required = spec.required;
+                entry.positioned = spec.positioned;
+                entry.disabled = core
+                    .is_disabled(sink)
+                    .map(str::to_string)
+                    .or_else(|| report.disabled.get(name).cloned());
+                for table in tables {
+                    let at = entry.tables.entry(table.clone()).or_default();
+                    if let Some((position, origin)) = core.committed(sink, table) {
+                        at.position = Some(position.to_string());
+                        at.from = Some(match origin {
+                            Origin::Sink => "sink",
+                            Origin::Store => "store",
+                            Origin::ThisRun => "this-run",
+                        });
+                    }
+                }
+            }
+        });
+    }
+
+    /// Puts `worker`, a started new version of `sink`'s plugin, in place of
+    /// its worker, at a commit boundary. Refused (the old worker stays)
+    /// when the sink is out of this run, when the new version does not
+    /// keep the `positions` capability, or when a positioned new version
+    /// does not say every table stands where the pipeline knows it does.
+    pub(super) fn swap(
+        &mut self,
+        core: &Core,
+        tables: &[String],
+        sink_name: &str,
+        worker: SinkWorker,
+    ) -> Result<(), String> {
+        let sink = self
+            .sink_names
+            .iter()
+            .position(|n| n == sink_name)
+            .ok_or_else(|| format!("the pipeline has no sink `{sink_name}`"))?;
+        if self.sinks[sink].is_none() || core.is_disabled(sink).is_some() {
+            return Err(format!(
+                "sink `{sink_name}` is out of this run; restart the pipeline to load a new version"
+            ));
+        }
+        let positioned = core.sink_spec(sink).positioned;
+        if worker.info.positioned() != positioned {
+            let (old, new) = if positioned {
+                ("exports", "does not")
+            } else {
+                ("does not export", "does")
+            };
+            return Err(format!(
+                "the running version {old} `positions` and the new one {new}; a swap must keep \
+                 it (stop the pipeline and change the pipeline file instead)"
+            ));
+        }
+        if positioned {
+            for table in tables {
+                let known = core.committed(sink, table).map(|(p, _)| p.clone());
+                let claim = worker
+                    .committed(&self.pipeline, table)
+                    .wait()
+                    .map_err(|e| {
+                        format!("the new version cannot say where `{table}` stands: {e}")
+                    })?;
+                let claimed = claim.map(|c| c.position);
+                if claimed != known {
+                    return Err(format!(
+                        "the new version says table `{table}` stands at {}, the pipeline knows \
+                         {}; it does not read what the running version wrote",
+                        shown(claimed.as_ref()),
+                        shown(known.as_ref())
+                    ));
+                }
+            }
+        }
+        let old = self.sinks[sink].replace(worker);
+        // Nothing is staged at a boundary; the old worker's thread ends on
+        // its own (each call within its bound), off the run's path.
+        if let Some(old) = old {
+            let _ = std::thread::Builder::new()
+                .name(format!("retire-{sink_name}"))
+                .spawn(move || drop(old));
         }
         Ok(())
     }
@@ -183,6 +316,11 @@ impl Effects for Shell {
             pending.push(match call {
                 SinkCall::Stage { sink, after, .. } => {
                     let (ipc, header) = self.encoded(after)?;
+                    self.sink_metrics[sink].written(
+                        &header.table.name,
+                        u64::from(header.rows),
+                        ipc.len() as u64,
+                    );
                     self.worker(sink).write(header, ipc)
                 }
                 SinkCall::Commit { sink, request } => self.worker(sink).commit(request),
@@ -232,6 +370,10 @@ impl Effects for Shell {
         failpoint::reached(point);
         Ok(())
     }
+}
+
+fn shown(position: Option<&Position>) -> String {
+    position.map_or_else(|| "the start".to_string(), ToString::to_string)
 }
 
 fn run_error(error: ExecError<RunError>) -> RunError {

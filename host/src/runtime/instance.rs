@@ -17,6 +17,7 @@ use super::engine::EPOCH_TICK;
 use super::host_state::HostState;
 use super::network::{self, SinkNetwork};
 use super::plugin::{Plugin, PluginInfo};
+use super::tenant::TenantShare;
 use super::types::{BatchHeader, SinkClaim, SinkError};
 use super::wit::{Answer, SinkExports};
 
@@ -79,17 +80,40 @@ impl SinkInstance {
         network: SinkNetwork,
         limits: &Limits,
     ) -> Result<Self, CallError> {
+        Self::instantiate_for_tenant(plugin, sink_name, blob, network, limits, None)
+    }
+
+    /// The same as [`instantiate`](Self::instantiate), for a sink whose
+    /// log lines also pass its tenant's shared rate (`weir serve`). The
+    /// tenant's storage quota comes with `blob` ([`BlobScope::with_tenant`]).
+    pub fn instantiate_for_tenant(
+        plugin: &Arc<Plugin>,
+        sink_name: &str,
+        blob: Arc<BlobScope>,
+        network: SinkNetwork,
+        limits: &Limits,
+        tenant: Option<Arc<TenantShare>>,
+    ) -> Result<Self, CallError> {
         let grants = Grants {
             sink_name: sink_name.to_string(),
             blob,
             log: limits.log,
             network,
         };
-        Self::new(plugin.clone(), &grants, limits)
+        Self::build(plugin.clone(), &grants, limits, tenant)
     }
 
     /// A fresh instance of `plugin` with its own store, limits and grants.
     pub fn new(plugin: Arc<Plugin>, grants: &Grants, limits: &Limits) -> Result<Self, CallError> {
+        Self::build(plugin, grants, limits, None)
+    }
+
+    fn build(
+        plugin: Arc<Plugin>,
+        grants: &Grants,
+        limits: &Limits,
+        tenant: Option<Arc<TenantShare>>,
+    ) -> Result<Self, CallError> {
         // No preopened folders, no environment, no arguments: everything a
         // sink may touch comes through the weir imports, and the network
         // only as far as it was granted (name lookup is the host's own, see
@@ -106,10 +130,14 @@ impl SinkInstance {
             .allow_ip_name_lookup(false)
             .socket_addr_check(network::tcp::address_check(network.clone()))
             .build();
+        let mut capabilities = CapabilityStates::new(grants);
+        if let Some(tenant) = tenant {
+            capabilities.log.share_with(tenant);
+        }
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
-            capabilities: CapabilityStates::new(grants),
+            capabilities,
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             http_gate: network::http::HttpGate::new(network.clone()),
             network,
@@ -139,6 +167,12 @@ impl SinkInstance {
     /// What the plugin is.
     pub fn info(&self) -> &PluginInfo {
         &self.plugin.info
+    }
+
+    /// The linear memory the instance holds now, summed over its memories
+    /// (as its limiter counts it).
+    pub fn memory_bytes(&self) -> u64 {
+        self.store.data().memory_held as u64
     }
 
     /// Hands the sink its pipeline and configuration; called once, first.

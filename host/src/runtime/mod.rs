@@ -13,6 +13,7 @@ pub mod host_state;
 pub mod instance;
 pub mod network;
 pub mod plugin;
+pub mod tenant;
 pub mod types;
 mod wit;
 pub mod worker;
@@ -21,6 +22,7 @@ pub use capability::blobstore::{BlobError, BlobScope};
 pub use engine::{EngineError, WasmEngine};
 pub use instance::{CallError, Limits, SinkInstance};
 pub use plugin::{LoadError, Plugin, PluginInfo};
+pub use tenant::TenantShare;
 pub use types::{
     BatchHeader, CommitRequest, MetadataColumn, SinkClaim, SinkError, TableDescription,
 };

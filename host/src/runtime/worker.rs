@@ -24,6 +24,7 @@ use super::instance::{CallError, Limits, SinkInstance};
 use super::network::SinkNetwork;
 use super::plugin::{Plugin, PluginInfo};
 use super::types::{BatchHeader, SinkClaim, SinkError};
+use crate::metrics::SinkMetrics;
 
 /// The pause before the first retry; it doubles up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -67,6 +68,8 @@ struct Watch {
     sink: String,
     bound: Duration,
     state: Mutex<CallState>,
+    /// Where the calls that trap or overrun are counted.
+    metrics: SinkMetrics,
 }
 
 #[derive(Default)]
@@ -103,6 +106,13 @@ impl Watch {
         }
         let result = f();
         self.state().running = None;
+        // Counted here, where a failure is new: later calls of a broken
+        // instance repeat it without entering the guest.
+        match &result {
+            Err(CallError::Trap(_) | CallError::Memory(_)) => self.metrics.trap(),
+            Err(CallError::Deadline(_) | CallError::Stalled { .. }) => self.metrics.deadline_hit(),
+            Ok(_) | Err(CallError::Sink(_)) => {}
+        }
         result
     }
 
@@ -127,6 +137,7 @@ impl Watch {
             bound: self.bound,
         };
         tracing::error!(sink = %self.sink, "{error}; the sink's thread is left behind");
+        self.metrics.deadline_hit();
         state.stalled = Some(error.clone());
         Err(error)
     }
@@ -232,6 +243,10 @@ pub struct WorkerSpec {
     pub pipeline: String,
     /// The operator's `config` map for the sink, as `open` gets it.
     pub config: Vec<(String, String)>,
+    /// Where its retries, traps, deadline hits and memory are counted.
+    pub metrics: crate::metrics::SinkMetrics,
+    /// What it shares with the other sinks of its tenant (`weir serve`).
+    pub tenant: Option<Arc<super::TenantShare>>,
 }
 
 impl SinkWorker {
@@ -247,6 +262,7 @@ impl SinkWorker {
             sink: spec.name.clone(),
             bound: wall_bound(spec.limits.call_timeout),
             state: Mutex::default(),
+            metrics: spec.metrics.clone(),
         });
         register(&watch);
         let thread = {
@@ -356,17 +372,19 @@ fn worker_main(
 ) {
     let started = watch
         .run("instantiate", || {
-            SinkInstance::instantiate(
+            SinkInstance::instantiate_for_tenant(
                 &spec.plugin,
                 &spec.name,
                 spec.blob.clone(),
                 spec.network.clone(),
                 &spec.limits,
+                spec.tenant.clone(),
             )
         })
         .and_then(|mut instance| {
-            watch.run("open", || instance.open(&spec.pipeline, &spec.config))?;
-            Ok(instance)
+            let opened = watch.run("open", || instance.open(&spec.pipeline, &spec.config));
+            spec.metrics.memory(instance.memory_bytes());
+            opened.map(|()| instance)
         });
     let mut instance = match started {
         Ok(instance) => {
@@ -405,7 +423,7 @@ fn worker_main(
             Job::Write { header, ipc, reply } => {
                 let result = match &broken {
                     Some(e) => Err(e.clone()),
-                    None => with_retries(&spec.name, &backoff, || {
+                    None => with_retries(&spec.name, &spec.metrics, &backoff, || {
                         watch.run("write", || instance.write(&header, &ipc))
                     }),
                 };
@@ -415,7 +433,7 @@ fn worker_main(
             Job::Commit { request, reply } => {
                 let result = match &broken {
                     Some(e) => Err(e.clone()),
-                    None => with_retries(&spec.name, &backoff, || {
+                    None => with_retries(&spec.name, &spec.metrics, &backoff, || {
                         watch.run("commit", || instance.commit(&request))
                     }),
                 };
@@ -430,6 +448,9 @@ fn worker_main(
                 }
             }
         }
+        // Memories only grow, so the size after each call is the most the
+        // call held.
+        spec.metrics.memory(instance.memory_bytes());
     }
 }
 
@@ -438,6 +459,7 @@ fn worker_main(
 /// bound (the waiter measures from the start of the try under way).
 fn with_retries(
     sink: &str,
+    metrics: &SinkMetrics,
     backoff: &ExponentialBuilder,
     call: impl FnMut() -> Result<(), CallError>,
 ) -> Result<(), CallError> {
@@ -447,6 +469,7 @@ fn with_retries(
         .when(|e| matches!(e, CallError::Sink(SinkError::Retryable(_))))
         .notify(|e, pause| {
             attempt += 1;
+            metrics.retry();
             let message = match e {
                 CallError::Sink(SinkError::Retryable(message)) => message.as_str(),
                 _ => "",
@@ -461,5 +484,320 @@ fn note_broken(result: &Result<(), CallError>, broken: &mut Option<CallError>) {
         && !matches!(e, CallError::Sink(_))
     {
         *broken = Some(e.clone());
+    }
+}
+
+/// The counting above, checked with the misbehaving fixtures (built by
+/// scripts/build-plugins) run through a real worker.
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::OnceLock;
+
+    use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
+    use weir_contract::{Mode, OP_COLUMN, POS_COLUMN};
+    use weir_core::Position;
+
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::runtime::capability::log::LogLimits;
+    use crate::runtime::engine::WasmEngine;
+    use crate::runtime::network::NetworkGrants;
+    use crate::runtime::plugin::{self, SinkLinker};
+    use crate::runtime::tenant::TenantShare;
+    use crate::runtime::types::TableDescription;
+
+    /// One engine for every test, as in the host: each engine reserves its
+    /// own pool, and compiling a fixture once is enough.
+    struct Host {
+        scratch: tempfile::TempDir,
+        io: tokio::runtime::Runtime,
+        engine: WasmEngine,
+        linker: SinkLinker,
+        /// Each fixture loaded once. Loads are one at a time: the engine's
+        /// cache writes one temporary file per process and artifact, which
+        /// two threads loading the same plugin would share.
+        plugins: Mutex<std::collections::HashMap<String, Arc<Plugin>>>,
+    }
+
+    fn host() -> &'static Host {
+        static HOST: OnceLock<Host> = OnceLock::new();
+        HOST.get_or_init(|| {
+            let scratch = tempfile::tempdir().unwrap();
+            let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
+            let linker = plugin::linker(&engine).unwrap();
+            let io = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            Host {
+                scratch,
+                io,
+                engine,
+                linker,
+                plugins: Mutex::default(),
+            }
+        })
+    }
+
+    fn load(crate_name: &str) -> Arc<Plugin> {
+        let host = host();
+        let mut plugins = host.plugins.lock().unwrap();
+        let plugin = plugins.entry(crate_name.to_string()).or_insert_with(|| {
+            let loaded = Plugin::load(
+                &host.engine,
+                &host.linker,
+                &fixture(crate_name),
+                None,
+                &Default::default(),
+                &NetworkGrants::default(),
+            );
+            Arc::new(loaded.unwrap())
+        });
+        plugin.clone()
+    }
+
+    fn fixture(crate_name: &str) -> PathBuf {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        let file = target
+            .join("wasm32-wasip2/release")
+            .join(format!("{}.wasm", crate_name.replace('-', "_")));
+        assert!(
+            file.exists(),
+            "{} is missing: run scripts/build-plugins",
+            file.display()
+        );
+        file
+    }
+
+    fn limits(memory_mb: usize, call_timeout_ms: u64) -> Limits {
+        Limits {
+            memory_bytes: memory_mb << 20,
+            call_timeout: Duration::from_millis(call_timeout_ms),
+            log: LogLimits::default(),
+        }
+    }
+
+    /// Sink `sink` of pipeline `p` of tenant `acme`, running `fixture`.
+    struct Sink<'a> {
+        fixture: &'a str,
+        sink: &'a str,
+        config: &'a [(&'a str, &'a str)],
+        limits: Limits,
+        retries: u32,
+        tenant: Option<Arc<TenantShare>>,
+    }
+
+    impl Sink<'_> {
+        fn start(self, metrics: &Arc<Metrics>) -> Result<SinkWorker, CallError> {
+            let host = host();
+            let root = host.scratch.path().join("acme").join(self.sink);
+            let mut blob = BlobScope::open(
+                root.to_str().unwrap(),
+                &[],
+                host.scratch.path(),
+                host.io.handle().clone(),
+            )
+            .unwrap();
+            if let Some(tenant) = &self.tenant {
+                blob = blob.with_tenant(tenant.clone());
+            }
+            SinkWorker::start(WorkerSpec {
+                name: self.sink.to_string(),
+                plugin: load(self.fixture),
+                blob: Arc::new(blob),
+                network: SinkNetwork::none(self.sink),
+                limits: self.limits,
+                retries: self.retries,
+                pipeline: "p".into(),
+                config: self
+                    .config
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                metrics: metrics.pipeline("acme", "p").sink(self.sink),
+                tenant: self.tenant,
+            })
+        }
+    }
+
+    fn sink<'a>(fixture: &'a str, sink: &'a str) -> Sink<'a> {
+        Sink {
+            fixture,
+            sink,
+            config: &[],
+            limits: limits(64, 2000),
+            retries: 0,
+            tenant: None,
+        }
+    }
+
+    /// A batch of two rows, with the control columns every batch has.
+    fn batch() -> (BatchHeader, Arc<Vec<u8>>) {
+        let records = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
+            (
+                OP_COLUMN,
+                Arc::new(StringArray::from(vec!["insert", "insert"])) as ArrayRef,
+            ),
+            (
+                POS_COLUMN,
+                Arc::new(BinaryArray::from_iter_values([[0u8, 1], [0, 2]])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let mut writer =
+            arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &records.schema()).unwrap();
+        writer.write(&records).unwrap();
+        let header = BatchHeader {
+            table: Arc::new(TableDescription {
+                name: "t".into(),
+                key_columns: vec!["id".into()],
+                mode: Mode::Upsert,
+                destination: "t".into(),
+                metadata: Vec::new(),
+            }),
+            id: "b-1".into(),
+            low: Position::stream(1, 0),
+            high: Position::stream(1, 1),
+            rows: 2,
+        };
+        (header, Arc::new(writer.into_inner().unwrap()))
+    }
+
+    fn write(worker: &SinkWorker) -> Result<(), CallError> {
+        let (header, ipc) = batch();
+        worker.write(header, ipc).wait()
+    }
+
+    /// The value of `metric` for sink `sink` on the rendered page.
+    fn value(metrics: &Metrics, metric: &str, sink: &str) -> f64 {
+        let page = metrics.render();
+        let labels = format!("sink=\"{sink}\"");
+        let found: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&labels))
+            .collect();
+        assert_eq!(found.len(), 1, "{metric} of {sink} in:\n{page}");
+        found[0].rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    const TRAPS: &str = "weir_sink_traps_total";
+    const DEADLINES: &str = "weir_sink_deadline_hits_total";
+    const RETRIES: &str = "weir_sink_retries_total";
+    const MEMORY: &str = "weir_sink_memory_high_water_bytes";
+
+    #[test]
+    fn a_trap_is_counted_once_and_the_memory_is_reported() {
+        let metrics = Metrics::new();
+        let worker = sink("weir-fixture-trap", "trap").start(&metrics).unwrap();
+        // Open has run: the instance's memory is known before any write.
+        assert!(value(&metrics, MEMORY, "trap") > 0.0);
+        assert!(matches!(write(&worker), Err(CallError::Trap(_))));
+        // A broken instance repeats its failure without entering the guest.
+        assert!(matches!(write(&worker), Err(CallError::Trap(_))));
+        drop(worker);
+        assert_eq!(value(&metrics, TRAPS, "trap"), 1.0);
+        assert_eq!(value(&metrics, DEADLINES, "trap"), 0.0);
+        assert_eq!(value(&metrics, RETRIES, "trap"), 0.0);
+    }
+
+    #[test]
+    fn a_memory_blow_up_is_a_trap_and_the_high_water_stays_under_the_limit() {
+        let metrics = Metrics::new();
+        let worker = sink("weir-fixture-hog", "hog").start(&metrics).unwrap();
+        assert!(matches!(write(&worker), Err(CallError::Memory(_))));
+        drop(worker);
+        assert_eq!(value(&metrics, TRAPS, "hog"), 1.0);
+        let high = value(&metrics, MEMORY, "hog");
+        assert!(
+            high > (32 << 20) as f64 && high <= (64 << 20) as f64,
+            "{high}"
+        );
+    }
+
+    #[test]
+    fn a_cpu_deadline_and_a_wall_clock_stall_are_deadline_hits() {
+        let metrics = Metrics::new();
+        let spin = Sink {
+            limits: limits(64, 200),
+            ..sink("weir-fixture-spin", "spin")
+        };
+        let worker = spin.start(&metrics).unwrap();
+        assert!(matches!(write(&worker), Err(CallError::Deadline(_))));
+        drop(worker);
+        let stall = Sink {
+            config: &[("mode", "sleep-in-write"), ("sleep_ms", "3000")],
+            limits: limits(64, 100),
+            ..sink("weir-fixture-stall", "stall")
+        };
+        let worker = stall.start(&metrics).unwrap();
+        assert!(matches!(write(&worker), Err(CallError::Stalled { .. })));
+        assert!(matches!(write(&worker), Err(CallError::Stalled { .. })));
+        drop(worker);
+        for name in ["spin", "stall"] {
+            assert_eq!(value(&metrics, DEADLINES, name), 1.0, "{name}");
+            assert_eq!(value(&metrics, TRAPS, name), 0.0, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_retry_is_counted() {
+        let metrics = Metrics::new();
+        let flaky = Sink {
+            config: &[
+                ("mode", "huge-error"),
+                ("kind", "retryable"),
+                ("size_mb", "0"),
+            ],
+            retries: 2,
+            ..sink("weir-fixture-hoard", "flaky")
+        };
+        let worker = flaky.start(&metrics).unwrap();
+        let result = write(&worker);
+        assert!(
+            matches!(result, Err(CallError::Sink(SinkError::Retryable(_)))),
+            "{result:?}"
+        );
+        drop(worker);
+        assert_eq!(value(&metrics, RETRIES, "flaky"), 2.0);
+        assert_eq!(value(&metrics, TRAPS, "flaky"), 0.0);
+    }
+
+    #[test]
+    fn the_sinks_of_a_tenant_share_its_quota_and_its_log_rate() {
+        let metrics = Metrics::new();
+        let share = Arc::new(TenantShare::new("acme", 3 << 20, 0, 1, 20));
+        let puts = [("mode", "many-puts"), ("count", "2"), ("size_mb", "1")];
+        let hoarder = |name| Sink {
+            config: &puts,
+            tenant: Some(share.clone()),
+            ..sink("weir-fixture-hoard", name)
+        };
+        let first = hoarder("first").start(&metrics).unwrap();
+        let second = hoarder("second").start(&metrics).unwrap();
+        write(&first).unwrap();
+        // Its own root holds 1 MiB, under its own quota; the tenant's is full.
+        let refused = write(&second).unwrap_err().to_string();
+        assert!(
+            refused.contains("over tenant `acme`'s quota of 3 MiB (tenants.acme.max_stored_mb)"),
+            "{refused}"
+        );
+        assert_eq!(share.stored_bytes(), 3 << 20);
+        // A flood within the sink's own burst of 1000 lines still drains
+        // the tenant's 20 for all its sinks.
+        let flood = [("mode", "log-flood"), ("size_mb", "0"), ("flood_ms", "50")];
+        let flooder = Sink {
+            config: &flood,
+            tenant: Some(share.clone()),
+            ..sink("weir-fixture-hoard", "flooder")
+        };
+        let worker = flooder.start(&metrics).unwrap();
+        write(&worker).unwrap();
+        let left = (0..5).filter(|_| share.admit_log_line()).count();
+        assert!(left <= 1, "{left} lines left in the tenant's bucket");
     }
 }

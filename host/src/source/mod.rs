@@ -34,6 +34,12 @@ pub trait Source: Send {
         Ok(None)
     }
 
+    /// How many bytes of the source's log lie past what was acknowledged,
+    /// where the source can say (for the lag metric; never for decisions).
+    fn lag_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Every required sink has durably committed up to `pos`: the source may
     /// release what lies at or before it (Postgres: `confirmed_flush_lsn`).
     fn acknowledge(&mut self, pos: &Position) -> Result<(), SourceError>;

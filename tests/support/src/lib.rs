@@ -10,7 +10,9 @@
 //! - [`batches`]: record batches as the host hands them to a sink;
 //! - [`kill`]: when crash tests kill the host;
 //! - [`redis`]: a private `redis-server` per test, and what the Redis sink
-//!   wrote read back and compared with the oracle.
+//!   wrote read back and compared with the oracle;
+//! - [`serve`]: `weir serve` per test, its admin API, and new versions of
+//!   a plugin to swap in (feature `serve`, on by default).
 //!
 //! The default feature `host` brings in the `weir` crate (oracle, readers,
 //! expectations); without it the crate is light enough for a sink's own tests.
@@ -24,6 +26,8 @@ pub mod pipeline;
 #[cfg(feature = "host")]
 pub mod read;
 pub mod redis;
+#[cfg(feature = "serve")]
+pub mod serve;
 
 pub use self::redis::RedisServer;
 #[cfg(feature = "host")]
@@ -38,6 +42,8 @@ pub use kill::KillSchedule;
 pub use pipeline::{PipelineBuilder, SinkBuilder, TableMode};
 #[cfg(feature = "host")]
 pub use read::{ReadChange, changes, read_parquet, read_positioned, value_at};
+#[cfg(feature = "serve")]
+pub use serve::{Reply, ServeHost, Tenant, sha256_hex, with_custom_section, with_extra_memories};
 #[cfg(feature = "host")]
 pub use weir::source::generator::oracle::{
     ExpectedState, KeyPart, Rows, apply_change, change_log, expected_state, row_key, shop_tables,

@@ -11,7 +11,9 @@ use serde::Serialize;
 #[derive(Clone, Debug, Serialize)]
 pub struct PipelineBuilder {
     pipeline: String,
-    state_dir: String,
+    /// Unset under `weir serve`, which keeps every pipeline's state itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_dir: Option<String>,
     source: Source,
     batch: Batch,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -74,7 +76,7 @@ impl PipelineBuilder {
     pub fn generator(seed: u64, max_changes: u64) -> Self {
         PipelineBuilder {
             pipeline: "test".into(),
-            state_dir: "state".into(),
+            state_dir: Some("state".into()),
             source: Source {
                 generator: Generator {
                     seed,
@@ -97,8 +99,44 @@ impl PipelineBuilder {
 
     /// Where the host keeps its state, relative to the pipeline file.
     pub fn state_dir(mut self, dir: &str) -> Self {
-        self.state_dir = dir.into();
+        self.state_dir = Some(dir.into());
         self
+    }
+
+    /// The same pipeline as `weir serve` takes it (docs/serve.md): no
+    /// `state_dir`; each sink's plugin named by its file name alone, which
+    /// the host looks up in `<pipelines_dir>/<tenant>/` (see
+    /// [`Self::plugins`] for the files to put there); and each sink's blob
+    /// store a path relative to `<tenant root>/<pipeline>/`: the one set
+    /// with [`SinkBuilder::blob_store_url`], else the sink's name (an
+    /// absolute root set with [`SinkBuilder::blob_store`] is replaced).
+    pub fn for_serve(mut self) -> Self {
+        self.state_dir = None;
+        for sink in &mut self.sinks {
+            if let Some(file_name) = sink.plugin.file_name() {
+                sink.plugin = PathBuf::from(file_name);
+            }
+            let relative = sink
+                .blob_store
+                .as_ref()
+                .is_some_and(|b| Path::new(&b.url).is_relative());
+            if !relative {
+                sink.blob_store = Some(BlobStore {
+                    url: sink.name.clone(),
+                });
+            }
+        }
+        self
+    }
+
+    /// The plugin file of every sink, as given to [`SinkBuilder::new`].
+    pub fn plugins(&self) -> Vec<&Path> {
+        self.sinks.iter().map(|s| s.plugin.as_path()).collect()
+    }
+
+    /// The pipeline's name.
+    pub fn pipeline_name(&self) -> &str {
+        &self.pipeline
     }
 
     /// A pause between generated transactions, so a backlog outlasts kills.
@@ -282,6 +320,13 @@ impl SinkBuilder {
     pub fn blob_store(mut self, root: &Path) -> Self {
         let url = root.to_str().expect("test paths are UTF-8").to_string();
         self.blob_store = Some(BlobStore { url });
+        self
+    }
+
+    /// The blob store's `url` as written: under `weir serve`, a folder
+    /// relative to `<tenant root>/<pipeline>/`.
+    pub fn blob_store_url(mut self, url: &str) -> Self {
+        self.blob_store = Some(BlobStore { url: url.into() });
         self
     }
 

@@ -18,6 +18,7 @@ use weir_contract::blob_path::{self, TEMP_MARKER};
 pub use super::blob_walk::ObjectMeta;
 use super::blob_walk::{self, WalkError};
 use super::{Capability, Grants};
+use crate::runtime::tenant::TenantShare;
 
 /// Why a blob call failed; mirrors the WIT `blob-error`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +87,9 @@ pub struct BlobScope {
     /// Whether the host already reported a refused write (once is enough:
     /// a sink may retry forever).
     reported: std::sync::atomic::AtomicBool,
+    /// The tenant whose quota bounds this root with its other sinks' roots
+    /// (`weir serve`).
+    tenant: Option<Arc<TenantShare>>,
 }
 
 /// Why a granted root cannot be opened.
@@ -120,6 +124,7 @@ impl BlobScope {
             limits: BlobLimits::defaults(url),
             stored: Mutex::new(None),
             reported: Default::default(),
+            tenant: None,
         };
         if url == "memory://" || url == "memory:" {
             return Ok(scope(Arc::new(InMemory::new()), None, "memory://".into()));
@@ -160,6 +165,13 @@ impl BlobScope {
     /// Replaces the default limits with the operator's.
     pub fn with_limits(mut self, limits: BlobLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Makes every write also count against `share`'s quota, which the
+    /// tenant's other sinks' roots share; the root's own quota still holds.
+    pub fn with_tenant(mut self, share: Arc<TenantShare>) -> Self {
+        self.tenant = Some(share);
         self
     }
 
@@ -234,7 +246,32 @@ impl BlobScope {
                 mib(self.limits.max_stored_bytes)
             )));
         }
-        self.put_unchecked(path, &location, data, mode)?;
+        let grows = size.saturating_sub(replaced);
+        let tenant = self.tenant.as_deref();
+        // Claimed before the write, so sinks writing at once cannot pass
+        // the tenant's quota together; given back if the write fails.
+        if let Some(tenant) = tenant
+            && grows > 0
+            && let Err(total) = tenant.claim_storage(grows)
+        {
+            let name = &tenant.tenant;
+            return Err(self.refuse(format!(
+                "put of {} to `{path}` would bring the blob stores of tenant `{name}` to {}, \
+                 over tenant `{name}`'s quota of {} ({})",
+                mib(size),
+                mib(total),
+                mib(tenant.max_stored_bytes),
+                tenant.config_key("max_stored_mb")
+            )));
+        }
+        let written = self.put_unchecked(path, &location, data, mode);
+        if let Some(tenant) = tenant {
+            match written {
+                Ok(()) => tenant.release_storage(replaced.saturating_sub(size)),
+                Err(_) => tenant.release_storage(grows),
+            }
+        }
+        written?;
         *stored = Some(after);
         Ok(())
     }
@@ -330,6 +367,9 @@ impl BlobScope {
         match self.block(self.store.delete(&location)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {
                 *stored = Some(before.saturating_sub(removed));
+                if let Some(tenant) = &self.tenant {
+                    tenant.release_storage(removed);
+                }
                 Ok(())
             }
             Err(e) => Err(map_error(path, e)),
@@ -632,6 +672,75 @@ mod tests {
         assert_eq!(s.list("").unwrap().len(), 3);
         s.put("d", vec![0; 1]).unwrap();
         assert!(matches!(s.list(""), Err(BlobError::Denied(m)) if m.contains("max_list_entries")));
+    }
+
+    #[test]
+    fn the_roots_of_a_tenant_share_its_quota() {
+        let dir = tempfile::tempdir().unwrap();
+        let tenant_root = dir.path().join("acme");
+        std::fs::create_dir_all(tenant_root.join("orders")).unwrap();
+        std::fs::write(tenant_root.join("orders/old"), vec![1; 100]).unwrap();
+        let share = Arc::new(TenantShare::new("acme", 1000, 100, 10, 10));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let open = |pipeline: &str, sink: &str| {
+            BlobScope::open(
+                tenant_root.join(pipeline).to_str().unwrap(),
+                &[],
+                dir.path(),
+                rt.handle().clone(),
+            )
+            .unwrap()
+            .with_limits(BlobLimits {
+                sink: sink.into(),
+                max_stored_bytes: 700,
+                max_put_bytes: 1000,
+                max_read_bytes: 1000,
+                max_list_entries: 100,
+            })
+            .with_tenant(share.clone())
+        };
+        let lake = open("orders", "lake");
+        let files = open("users", "files");
+        let denied = |r: Result<(), BlobError>| match r {
+            Err(BlobError::Denied(m)) => m,
+            other => panic!("not denied: {other:?}"),
+        };
+        // Each under its own quota of 700, together at the tenant's 1000.
+        lake.put("a", vec![0; 500]).unwrap();
+        files.put("a", vec![0; 400]).unwrap();
+        assert_eq!(share.stored_bytes(), 1000);
+        let refused = denied(files.put("b", vec![0; 1]));
+        assert!(
+            refused
+                .contains("over tenant `acme`'s quota of 1000 bytes (tenants.acme.max_stored_mb)"),
+            "{refused}"
+        );
+        assert!(refused.contains("to 1001 bytes"), "{refused}");
+        assert!(denied(lake.put_if_absent("b", vec![0; 10])).contains("tenant `acme`"));
+        // The sink's own quota is still its own.
+        assert!(denied(lake.put("a", vec![0; 701])).contains("limits.max_stored_mb"));
+        // A refused put_if_absent over an existing object claims nothing.
+        assert_eq!(
+            files.put_if_absent("a", vec![0; 10]),
+            Err(BlobError::AlreadyExists("a".into()))
+        );
+        assert_eq!(share.stored_bytes(), 1000);
+        // Shrinking an object, or deleting one in another root, makes room
+        // for every root of the tenant.
+        lake.put("a", vec![0; 300]).unwrap();
+        files.put("b", vec![0; 200]).unwrap();
+        assert!(denied(files.put("c", vec![0; 1])).contains("tenant `acme`"));
+        lake.delete("old").unwrap();
+        lake.delete("old").unwrap();
+        files.put("c", vec![0; 100]).unwrap();
+        assert_eq!(share.stored_bytes(), 1000);
+        // What the roots hold is what the tenant counted.
+        let on_disk = |root: &str| blob_walk::stored_bytes(&tenant_root.join(root)).unwrap();
+        assert_eq!(on_disk("orders") + on_disk("users"), share.stored_bytes());
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The log capability: a sink's messages go into the host's log, tagged
 //! with the sink's name: one line per message, cut to a bound, escaped,
-//! and rate-limited per instance.
+//! and rate-limited per instance (and, under `weir serve`, per tenant too).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Capability, Grants};
+use crate::runtime::tenant::TenantShare;
 
 /// The log capability.
 pub struct Log;
@@ -70,6 +71,45 @@ impl LogLimits {
 /// How often, at most, a sink's dropped lines are reported.
 pub const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A token bucket: `per_second` tokens an average, at most `burst` at once.
+#[derive(Debug)]
+pub struct TokenBucket {
+    tokens: f64,
+    refilled: Instant,
+    per_second: u64,
+    burst: u64,
+}
+
+impl TokenBucket {
+    /// A bucket holding its whole burst at `now`.
+    pub fn full(per_second: u64, burst: u64, now: Instant) -> Self {
+        TokenBucket {
+            tokens: burst as f64,
+            refilled: now,
+            per_second,
+            burst,
+        }
+    }
+
+    /// Refills for the time since the last call, then takes a token if
+    /// there is one.
+    pub fn take(&mut self, now: Instant) -> bool {
+        let refill = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + refill * self.per_second as f64).min(self.burst as f64);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return true;
+        }
+        false
+    }
+
+    /// Puts back a token taken for something that did not happen.
+    pub fn give_back(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(self.burst as f64);
+    }
+}
+
 /// One instance's log: where its messages go, under which name, and how
 /// many it may still write.
 #[derive(Debug)]
@@ -77,13 +117,17 @@ pub struct SinkLog {
     sink: String,
     limits: LogLimits,
     bucket: Mutex<Bucket>,
+    /// The tenant whose log rate it shares with the tenant's other sinks.
+    tenant: Option<Arc<TenantShare>>,
 }
 
 #[derive(Debug)]
 struct Bucket {
-    tokens: f64,
-    refilled: Instant,
+    own: TokenBucket,
+    /// Lines dropped by the sink's own limits since the last report.
     dropped: u64,
+    /// Lines dropped by its tenant's limits since the last report.
+    dropped_by_tenant: u64,
     reported: Instant,
 }
 
@@ -95,12 +139,19 @@ impl SinkLog {
             sink: sink.to_string(),
             limits,
             bucket: Mutex::new(Bucket {
-                tokens: limits.burst as f64,
-                refilled: now,
+                own: TokenBucket::full(limits.lines_per_second, limits.burst, now),
                 dropped: 0,
+                dropped_by_tenant: 0,
                 reported: now,
             }),
+            tenant: None,
         }
+    }
+
+    /// Makes every line also pass `tenant`'s log rate, shared with the
+    /// tenant's other sinks.
+    pub fn share_with(&mut self, tenant: Arc<TenantShare>) {
+        self.tenant = Some(tenant);
     }
 
     /// Writes one message from the sink, as one line: cut, escaped, and
@@ -126,41 +177,68 @@ impl SinkLog {
         escape_and_cut(message, self.limits.max_message_bytes)
     }
 
-    /// Takes a token if there is one; counts the line as dropped if not,
-    /// and reports what was dropped once an interval has passed.
+    /// Takes a token from the sink's bucket and then from its tenant's, if
+    /// there are; counts the line as dropped if not, and reports what was
+    /// dropped once an interval has passed.
     fn admit(&self) -> bool {
         let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        let refill = now.duration_since(bucket.refilled).as_secs_f64();
-        bucket.tokens = (bucket.tokens + refill * self.limits.lines_per_second as f64)
-            .min(self.limits.burst as f64);
-        bucket.refilled = now;
-        if bucket.dropped > 0 && now.duration_since(bucket.reported) >= DROP_REPORT_INTERVAL {
+        let pending = bucket.dropped + bucket.dropped_by_tenant;
+        if pending > 0 && now.duration_since(bucket.reported) >= DROP_REPORT_INTERVAL {
             self.report_dropped(&mut bucket, now);
         }
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
+        // The sink's own bucket first: a line it drops must not spend the
+        // tenant's lines, which its other sinks could have used.
+        let dropped_by_tenant = if !bucket.own.take(now) {
+            false
+        } else if self.tenant.as_ref().is_none_or(|t| t.admit_log_line()) {
             return true;
-        }
-        if bucket.dropped == 0 {
+        } else {
+            // Not written, so not the sink's to pay for.
+            bucket.own.give_back();
+            true
+        };
+        if bucket.dropped + bucket.dropped_by_tenant == 0 {
             bucket.reported = now;
         }
-        bucket.dropped += 1;
+        match dropped_by_tenant {
+            true => bucket.dropped_by_tenant += 1,
+            false => bucket.dropped += 1,
+        }
         false
     }
 
     fn report_dropped(&self, bucket: &mut Bucket, now: Instant) {
         let sink = self.sink.as_str();
-        tracing::warn!(
-            sink,
-            "sink `{sink}` logged too fast: {} lines dropped in {:.1} s \
-             (limits.log_lines_per_second = {}, limits.log_burst = {})",
-            bucket.dropped,
-            now.duration_since(bucket.reported).as_secs_f64(),
-            self.limits.lines_per_second,
-            self.limits.burst
-        );
+        let seconds = now.duration_since(bucket.reported).as_secs_f64();
+        if bucket.dropped > 0 {
+            tracing::warn!(
+                sink,
+                "sink `{sink}` logged too fast: {} lines dropped in {seconds:.1} s \
+                 (limits.log_lines_per_second = {}, limits.log_burst = {})",
+                bucket.dropped,
+                self.limits.lines_per_second,
+                self.limits.burst
+            );
+        }
+        if bucket.dropped_by_tenant > 0
+            && let Some(tenant) = &self.tenant
+        {
+            tracing::warn!(
+                sink,
+                tenant = %tenant.tenant,
+                "sink `{sink}` logged too fast for its tenant `{}`: {} lines dropped in \
+                 {seconds:.1} s ({} = {}, {} = {}, shared by all the tenant's sinks)",
+                tenant.tenant,
+                bucket.dropped_by_tenant,
+                tenant.config_key("log_lines_per_second"),
+                tenant.log_lines_per_second,
+                tenant.config_key("log_burst"),
+                tenant.log_burst
+            );
+        }
         bucket.dropped = 0;
+        bucket.dropped_by_tenant = 0;
         bucket.reported = now;
     }
 }
@@ -170,7 +248,7 @@ impl Drop for SinkLog {
     /// goes, so a flood just before the end is not silent.
     fn drop(&mut self) {
         let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        if bucket.dropped > 0 {
+        if bucket.dropped + bucket.dropped_by_tenant > 0 {
             self.report_dropped(&mut bucket, Instant::now());
         }
     }
@@ -235,5 +313,56 @@ mod tests {
         let admitted = (0..1000).filter(|_| log.admit()).count();
         assert!((5..=6).contains(&admitted), "{admitted}");
         assert!(log.bucket.lock().unwrap().dropped >= 994);
+    }
+
+    #[test]
+    fn the_sinks_of_a_tenant_share_its_log_rate() {
+        let roomy = LogLimits {
+            max_message_bytes: 100,
+            lines_per_second: 1,
+            burst: 100,
+        };
+        let tenant = Arc::new(TenantShare::new("acme", 0, 0, 1, 8));
+        let mut first = SinkLog::new("first", roomy);
+        first.share_with(tenant.clone());
+        let mut second = SinkLog::new("second", roomy);
+        second.share_with(tenant.clone());
+        // Each sink alone may log 100 lines; together they get the tenant's 8.
+        let first_admitted = (0..6).filter(|_| first.admit()).count();
+        let second_admitted = (0..50).filter(|_| second.admit()).count();
+        let first_later = (0..50).filter(|_| first.admit()).count();
+        assert_eq!(first_admitted, 6);
+        assert!((2..=3).contains(&second_admitted), "{second_admitted}");
+        assert!(first_later <= 1, "{first_later}");
+        for (log, sent, admitted) in [
+            (&first, 56, first_admitted + first_later),
+            (&second, 50, second_admitted),
+        ] {
+            let bucket = log.bucket.lock().unwrap();
+            // Dropped for the tenant, not for itself, and its own lines
+            // were given back.
+            assert_eq!(bucket.dropped, 0);
+            assert_eq!(bucket.dropped_by_tenant as usize, sent - admitted);
+            assert!(bucket.own.tokens > 90.0, "{}", bucket.own.tokens);
+        }
+        // A sink without a tenant is bound by its own limits only.
+        let alone = SinkLog::new("alone", roomy);
+        assert_eq!((0..50).filter(|_| alone.admit()).count(), 50);
+    }
+
+    #[test]
+    fn a_line_dropped_by_the_sink_spends_nothing_of_the_tenant() {
+        let tight = LogLimits {
+            max_message_bytes: 100,
+            lines_per_second: 1,
+            burst: 2,
+        };
+        let tenant = Arc::new(TenantShare::new("acme", 0, 0, 1, 10));
+        let mut log = SinkLog::new("s", tight);
+        log.share_with(tenant.clone());
+        let admitted = (0..20).filter(|_| log.admit()).count();
+        assert!((2..=3).contains(&admitted), "{admitted}");
+        let left = (0..20).filter(|_| tenant.admit_log_line()).count();
+        assert!(left >= 10 - admitted, "{left}");
     }
 }
