@@ -216,7 +216,8 @@ pub fn dispatch(args: CtlArgs) -> Result<ExitCode, String> {
             };
             match reply.json() {
                 Some(value) if as_json => render::server_json(&value),
-                _ => render::server_text(&reply.body),
+                Some(value) => render::readiness(&value),
+                None => render::server_text(&reply.body),
             }
             if !ready {
                 return Ok(ExitCode::from(1));

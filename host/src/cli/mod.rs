@@ -218,3 +218,69 @@ fn io_runtime() -> Result<tokio::runtime::Runtime, String> {
         .build()
         .map_err(|e| format!("cannot start the I/O runtime: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from(std::iter::once("weir").chain(args.iter().copied()))
+            .expect("parses")
+            .command
+    }
+
+    #[test]
+    fn serve_takes_the_host_file() {
+        let Command::Serve { host_file } = parse(&["serve", "host.yaml"]) else {
+            panic!("not serve")
+        };
+        assert_eq!(host_file, PathBuf::from("host.yaml"));
+        assert!(
+            Cli::try_parse_from(["weir", "serve"]).is_err(),
+            "the file is required"
+        );
+    }
+
+    #[test]
+    fn status_with_a_server_takes_a_token_too() {
+        let Command::Status {
+            pipeline,
+            json,
+            server,
+            token,
+        } = parse(&[
+            "status",
+            "acme/orders",
+            "--server",
+            "http://h:1",
+            "--token",
+            "t0ken",
+            "--json",
+        ])
+        else {
+            panic!("not status")
+        };
+        assert_eq!(pipeline, PathBuf::from("acme/orders"));
+        assert!(json);
+        assert_eq!(server.as_deref(), Some("http://h:1"));
+        assert_eq!(token.as_deref(), Some("t0ken"));
+    }
+
+    #[test]
+    fn status_with_a_server_refuses_a_file_path_before_asking() {
+        // Nothing listens on a port of TEST-NET-1; the refusal must come
+        // from the name check, not from a connection attempt.
+        let error = dispatch(parse(&[
+            "status",
+            "pipelines/acme/orders.yaml",
+            "--server",
+            "http://192.0.2.1:9",
+        ]))
+        .err()
+        .expect("refused");
+        assert!(error.contains("TENANT/PIPELINE"), "{error}");
+        assert!(error.contains("unset WEIR_SERVER"), "{error}");
+    }
+}

@@ -271,7 +271,7 @@ fn config(pooling: bool) -> Config {
 /// Writes `bytes` to `path` by way of a temporary file and a rename, so a
 /// crash never leaves a torn file behind.
 fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    let temp = unique_temp(path);
     std::fs::write(&temp, bytes).map_err(|e| e.to_string())?;
     std::fs::rename(&temp, path).map_err(|e| e.to_string())
 }
@@ -292,7 +292,7 @@ fn read_or_make_key(path: &Path) -> std::io::Result<[u8; 32]> {
     if let Some(folder) = path.parent() {
         std::fs::create_dir_all(folder)?;
     }
-    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    let temp = unique_temp(path);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -347,4 +347,12 @@ fn seal(key: &[u8; 32], name: &str, bytes: &[u8]) -> [u8; 32] {
 /// The sha256 of a plugin's bytes, as lowercase hex.
 pub fn digest(wasm: &[u8]) -> String {
     hex::encode(Sha256::digest(wasm))
+}
+
+/// A temporary name beside `path`, unique within the process too: two
+/// pipelines loading the same plugin at once must not share one file.
+fn unique_temp(path: &Path) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    path.with_extension(format!("tmp{}-{n}", std::process::id()))
 }

@@ -267,10 +267,14 @@ impl SinkWorker {
         register(&watch);
         let thread = {
             let watch = watch.clone();
+            // The sink's log lines carry its pipeline's fields (tenant and
+            // pipeline under `weir serve`) and its own name.
+            let span = tracing::info_span!("sink", sink = %spec.name);
             std::thread::Builder::new()
                 .name(format!("sink-{}", spec.name))
                 .spawn(move || {
                     let _ended = ended_tx;
+                    let _span = span.enter();
                     worker_main(spec, &watch, inbox, ready_tx)
                 })
                 .map_err(|e| CallError::Trap(format!("cannot start a worker thread: {e}")))?

@@ -191,6 +191,12 @@ impl HostConfig {
                     "{field}: max_pipelines, max_memory_mb and max_stored_mb must be at least 1"
                 ));
             }
+            if tenant.max_stored_mb > 1 << 30 || tenant.max_memory_mb > 1 << 30 {
+                return Err(format!(
+                    "{field}: max_stored_mb and max_memory_mb must be at most {}",
+                    1u64 << 30
+                ));
+            }
             if tenant.log_lines_per_second == 0 || tenant.log_burst == 0 {
                 return Err(format!(
                     "{field}: log_lines_per_second and log_burst must be at least 1"

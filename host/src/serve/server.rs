@@ -217,7 +217,8 @@ impl Server {
         let file = tenant.pipelines_dir.join(format!("{name}.yaml"));
         let config = tenant.admit(name, text, &file).map_err(Refusal::Invalid)?;
         let definition = hex::encode(Sha256::digest(text.as_bytes()));
-        let plugins = file_versions(&config).map_err(Refusal::Invalid)?;
+        let mut plugins = file_versions(&config).map_err(Refusal::Invalid)?;
+        keep_saved_versions(&config, &mut plugins);
         let mut pipelines = self.pipelines();
         let key = (tenant_name.to_string(), name.to_string());
         let existing = pipelines.get(&key).cloned();
@@ -389,6 +390,10 @@ impl Server {
             sha256: sha256.clone(),
             previous: current.as_ref().map(|c| (c.path.clone(), c.sha256.clone())),
             swaps: current.as_ref().map_or(0, |c| c.swaps) + 1,
+            file_sha256: current
+                .as_ref()
+                .map(|c| c.file_sha256.clone())
+                .unwrap_or_default(),
         };
         let previous_sha256 = current.map(|c| c.sha256);
         let factory = SinkFactory::new(
@@ -418,6 +423,7 @@ impl Server {
                 version,
                 record(sink, outcome, &sha256, None, None, None),
             );
+            save_versions(slot);
             slot.metrics.swap(sink, outcome);
             return Ok(Swapped {
                 sink: sink.to_string(),
@@ -462,6 +468,7 @@ impl Server {
                 None,
             ),
         );
+        save_versions(slot);
         if outcome != "swapped" {
             // The run counted it as a swap; say it was a rollback too.
             slot.metrics.swap(sink, outcome);
@@ -522,6 +529,53 @@ fn record(
     }
 }
 
+/// Where the plugin versions a pipeline's sinks run are kept across
+/// restarts of the host.
+fn versions_file(config: &crate::config::PipelineConfig) -> PathBuf {
+    config.state_dir.join("plugins.json")
+}
+
+/// Records which plugin version each sink runs, so a version swapped in
+/// through the API is still the one run after the host restarts.
+fn save_versions(slot: &Slot) {
+    let file = versions_file(&slot.config());
+    let saved = serde_json::to_vec_pretty(&slot.plugins())
+        .map_err(|e| e.to_string())
+        .and_then(|json| write_atomically(&file, &json));
+    if let Err(e) = saved {
+        tracing::warn!(pipeline = %slot.id(), "cannot record the plugin versions: {e}");
+    }
+}
+
+/// Takes the saved version of each sink whose pipeline file still names
+/// the plugin it named when that version was swapped in (and whose file is
+/// still there).
+fn keep_saved_versions(
+    config: &crate::config::PipelineConfig,
+    plugins: &mut BTreeMap<String, PluginVersion>,
+) {
+    let Ok(json) = std::fs::read(versions_file(config)) else {
+        return;
+    };
+    let Ok(saved) = serde_json::from_slice::<BTreeMap<String, PluginVersion>>(&json) else {
+        tracing::warn!(pipeline = %config.pipeline, "the saved plugin versions cannot be read; the pipeline file's are run");
+        return;
+    };
+    for (sink, version) in saved {
+        let Some(from_file) = plugins.get_mut(&sink) else {
+            continue;
+        };
+        let pinned = config
+            .sinks
+            .iter()
+            .any(|s| s.name == sink && s.sha256.is_some());
+        let still_there = file_digest(&version.path).is_ok_and(|d| d == version.sha256);
+        if version.file_sha256 == from_file.sha256 && still_there && !pinned {
+            *from_file = version;
+        }
+    }
+}
+
 /// The plugin each sink names in its definition, with its digest.
 pub fn file_versions(
     config: &crate::config::PipelineConfig,
@@ -548,6 +602,7 @@ pub fn file_versions(
             sink.name.clone(),
             PluginVersion {
                 path: sink.plugin.clone(),
+                file_sha256: sha256.clone(),
                 sha256,
                 previous: None,
                 swaps: 0,

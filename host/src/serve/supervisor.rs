@@ -59,12 +59,17 @@ enum Wanted {
 }
 
 /// The plugin a sink runs now, and the one before it (for rollback).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PluginVersion {
     pub path: PathBuf,
     pub sha256: String,
     pub previous: Option<(PathBuf, String)>,
     pub swaps: u64,
+    /// The digest of the plugin the pipeline file names, when this version
+    /// was swapped in: a version swapped in through the API outlives a
+    /// restart of the host only while the file's plugin stays that one.
+    #[serde(default)]
+    pub file_sha256: String,
 }
 
 /// One swap asked for, as the status shows it.
@@ -377,7 +382,9 @@ impl Slot {
                 control: &control,
                 tenant: Some(self.tenant.share.clone()),
             };
-            let result = pipeline::run(&config, &RunOptions::default(), &host);
+            let span =
+                tracing::info_span!("pipeline", tenant = %self.tenant.name, pipeline = %self.name);
+            let result = span.in_scope(|| pipeline::run(&config, &RunOptions::default(), &host));
             self.after_run(result, &control, context);
         }
     }

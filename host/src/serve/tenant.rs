@@ -50,7 +50,7 @@ impl Tenant {
         let stored_now = stored_bytes(&root);
         let share = Arc::new(TenantShare::new(
             name,
-            config.max_stored_mb << 20,
+            config.max_stored_mb.saturating_mul(1 << 20),
             stored_now,
             config.log_lines_per_second,
             config.log_burst,

@@ -139,6 +139,10 @@ impl Source for PostgresSource {
         self.stream.acknowledge(pos);
         Ok(())
     }
+
+    fn lag_bytes(&self) -> Option<u64> {
+        self.stream.lag_bytes()
+    }
 }
 
 impl Drop for PostgresSource {

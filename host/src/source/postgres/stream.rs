@@ -127,6 +127,12 @@ impl Stream {
         }
     }
 
+    /// WAL bytes the server has sent past what was confirmed to it: how far
+    /// the sinks are behind the server's log (`None` before the stream ran).
+    pub fn lag_bytes(&self) -> Option<u64> {
+        (self.reached > 0).then(|| self.reached.saturating_sub(self.acked))
+    }
+
     /// Every required sink has committed up to `pos`: confirm it to the server.
     pub fn acknowledge(&mut self, pos: &Position) {
         // Backfill positions release nothing: the slot stays at its start.
