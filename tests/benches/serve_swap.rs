@@ -7,10 +7,12 @@
 //!   swaps into a pipeline streaming the generator at full speed into the
 //!   positioned fixture;
 //! - **throughput with and without swaps**: the same pipeline (generator,
-//!   `WEIR_BENCH_CHANGES` changes, default 100000, unpaced, into the
+//!   `WEIR_BENCH_CHANGES` changes, default 500000, unpaced, into the
 //!   positioned fixture) run to its end, once left alone and once with a
 //!   plugin replaced every 200 ms, the two alternating, 3 runs each; the
-//!   ratio of the medians, from this one run.
+//!   ratio of the medians, from this one run. The swaps stop once the
+//!   source has read 95% of the changes, so that no swap is still waiting
+//!   for a commit boundary when the stream ends.
 //!
 //! What the clock includes: each run is timed from the first status that
 //! says "running" to the first that says "finished" (polled every 5 ms),
@@ -108,6 +110,13 @@ fn wait_for(host: &ServeHost, pipeline: &str, wanted: &str) -> Instant {
     }
 }
 
+/// Whether the run has read 95% of its changes (or ended).
+fn near_the_end(host: &ServeHost, pipeline: &str, changes: u64) -> bool {
+    let status = host.status(TENANT, pipeline, host.token(TENANT));
+    let read = status["live"]["changes"].as_u64().unwrap_or(0);
+    status["state"] != "running" || read >= changes / 20 * 19
+}
+
 /// One run to the end: the time from "running" to "finished" and the
 /// pauses of the swaps made during it (every `SWAP_EVERY` when `swaps`).
 fn timed_run(
@@ -130,7 +139,7 @@ fn timed_run(
             }
             loop {
                 std::thread::sleep(SWAP_EVERY);
-                if done.load(Ordering::Relaxed) {
+                if done.load(Ordering::Relaxed) || near_the_end(host, name, changes) {
                     return pauses;
                 }
                 match rotation.swap(host, name) {
@@ -165,7 +174,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let changes = env_or("WEIR_BENCH_CHANGES", 100_000);
+    let changes = env_or("WEIR_BENCH_CHANGES", 500_000);
     let host = ServeHost::builder()
         .tenant(Tenant::new(TENANT).max_memory_mb(1024))
         .log("warn")

@@ -71,6 +71,8 @@ type Families = BTreeMap<String, Family>;
 
 /// A `/metrics` page as `prometheus_client` parsed it.
 struct Scrape {
+    /// The page as the host served it.
+    page: String,
     families: Families,
     /// The classic text parser's reading, or why it could not read the page.
     classic: Result<Families, String>,
@@ -144,6 +146,7 @@ fn parse_metrics(page: &str) -> Scrape {
         None => Err(parsed["classic_error"].as_str().unwrap_or("?").to_string()),
     };
     Scrape {
+        page: page.to_string(),
         families: families_of(&parsed["openmetrics"]),
         classic,
     }
@@ -167,8 +170,9 @@ impl Scrape {
     fn family(&self, name: &str, kind: &str) -> &Family {
         let family = self.families.get(name).unwrap_or_else(|| {
             panic!(
-                "no metric family `{name}` on /metrics; it has {:?}",
-                self.families.keys().collect::<Vec<_>>()
+                "no metric family `{name}` on /metrics; it has {:?}\n--- the page ---\n{}",
+                self.families.keys().collect::<Vec<_>>(),
+                self.page
             )
         });
         assert_eq!(family.kind, kind, "the type of `{name}`");
@@ -273,10 +277,12 @@ fn metrics_parse_with_the_official_client_and_move_while_a_pipeline_runs() {
     let token = host.token(TENANT).to_string();
     // One change per batch: then rows_in counts each of the source's changes
     // exactly once, with no last-write-wins folding in between, and the
-    // oracle says how many each table gets. About 10 s on the reference
-    // machine: room for two scrapes seconds apart.
+    // oracle says how many each table gets. The pace (about 400 transactions,
+    // 20 ms apart) keeps it running at least 8 s on any machine: room for
+    // two scrapes seconds apart.
     let pipeline = PipelineBuilder::generator(SEED, CHANGES)
         .name(PIPELINE)
+        .pace_us(20_000)
         .max_rows(1)
         .linger_ms(20)
         .heartbeat_ms(200)
@@ -406,6 +412,7 @@ fn metrics_parse_with_the_official_client_and_move_while_a_pipeline_runs() {
     match &last.classic {
         Ok(classic) => {
             let classic = Scrape {
+                page: last.page.clone(),
                 families: classic.clone(),
                 classic: Err("not asked".into()),
             };

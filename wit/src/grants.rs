@@ -1648,4 +1648,38 @@ mod tests {
             assert!(Host::parse_with_port(bad).is_err(), "{bad:?} accepted");
         }
     }
+
+    #[test]
+    fn a_tenant_s_grants_bound_a_sink_s() {
+        let tenant = Grants::parse(
+            ["https://*.a.example", "http://[10.1.0.0/16]:8080"],
+            ["db.a.example:5432", "10.2.0.0/16:6379"],
+        )
+        .unwrap();
+        let within = |http: &[&str], tcp: &[&str]| {
+            tenant.check_within(&Grants::parse(http.iter().copied(), tcp.iter().copied()).unwrap())
+        };
+        assert!(within(&["https://api.a.example", "https://*.x.a.example"], &[]).is_ok());
+        assert!(within(&["http://10.1.2.3:8080", "http://[10.1.4.0/24]:8080"], &[]).is_ok());
+        assert!(
+            within(
+                &[],
+                &["db.a.example:5432", "10.2.3.4:6379", "[10.2.3.0/24]:6379"]
+            )
+            .is_ok()
+        );
+        for (http, tcp) in [
+            (vec!["https://a.example"], vec![]),
+            (vec!["http://api.a.example"], vec![]),
+            (vec!["https://api.a.example:8443"], vec![]),
+            (vec!["https://*.example"], vec![]),
+            (vec!["http://[10.0.0.0/8]:8080"], vec![]),
+            (vec![], vec!["db.a.example:5433"]),
+            (vec![], vec!["[10.0.0.0/8]:6379"]),
+            (vec![], vec!["other.example:5432"]),
+        ] {
+            let refused = within(&http, &tcp);
+            assert!(refused.is_err(), "{http:?} {tcp:?} was let through");
+        }
+    }
 }

@@ -384,14 +384,17 @@ fn server_status_lines(reply: &Value) -> Option<Vec<String>> {
             _ => format!("swaps ({}, the last {RECENT_SWAPS}):", swaps.len()),
         });
         for event in &swaps[first_shown..] {
+            let outcome = text_field(event, "outcome").map(|o| o.replace('_', " "));
             let mut line = format!(
-                "  {} sink `{}` {}",
-                text_field(event, "at").unwrap_or_else(|| "-".into()),
+                "  sink `{}` {}",
                 text_field(event, "sink").unwrap_or_else(|| "?".into()),
-                text_field(event, "outcome").unwrap_or_else(|| "?".into())
+                outcome.unwrap_or_else(|| "?".into())
             );
             if let Some(digest) = short_digest(event, "sha256") {
                 line.push_str(&format!(" plugin {digest}"));
+            }
+            if let Some(at) = text_field(event, "at") {
+                line.push_str(&format!(" at {at}"));
             }
             if let Some(pause) = millis(event, "pause_ms") {
                 line.push_str(&format!(", paused {pause}"));
@@ -515,11 +518,15 @@ mod tests {
         assert!(customers.ends_with("-  from -"), "{customers}");
         assert!(text.contains("swaps (2):"), "{text}");
         assert!(
-            text.contains("0/16B3F28 sink `lake` swapped plugin 3f2a9c1b5d6e, paused 12.3 ms"),
+            text.contains(
+                "  sink `lake` swapped plugin 3f2a9c1b5d6e at 0/16B3F28, paused 12.3 ms\n"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("refused plugin deadbeefdead: does not export positions"),
+            text.ends_with(
+                "  sink `lake` refused plugin deadbeefdead at 0/16B4000: does not export positions"
+            ),
             "{text}"
         );
     }
@@ -567,16 +574,19 @@ mod tests {
     #[test]
     fn only_the_last_swaps_are_listed() {
         let swaps: Vec<Value> = (0..8)
-            .map(|i| json!({"sink": "lake", "outcome": "swapped", "at": format!("at-{i}")}))
+            .map(|i| json!({"sink": "lake", "outcome": "rolled_back", "at": format!("at-{i}")}))
             .collect();
         let lines = server_status_lines(&json!({ "swaps": swaps })).unwrap();
         assert!(
             lines.contains(&format!("swaps (8, the last {RECENT_SWAPS}):")),
             "{lines:?}"
         );
-        assert!(!lines.iter().any(|l| l.contains("at-2 ")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.contains("at-3 ")), "{lines:?}");
-        assert!(lines.iter().any(|l| l.contains("at-7 ")), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.ends_with("at-2")), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.ends_with("rolled back at at-3")),
+            "{lines:?}"
+        );
+        assert!(lines.iter().any(|l| l.ends_with("at-7")), "{lines:?}");
     }
 
     #[test]

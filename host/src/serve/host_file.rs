@@ -101,6 +101,18 @@ pub struct TenantConfig {
     /// The most any of its sinks may be granted.
     #[serde(default)]
     pub grants: GrantsConfig,
+    /// The databases its pipelines may read, as `host:port` patterns (the
+    /// syntax of `grants.tcp`); none by default. The host connects to them,
+    /// so without this a tenant could point the host anywhere it reaches.
+    #[serde(default)]
+    pub sources: SourceGrantsConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceGrantsConfig {
+    #[serde(default)]
+    pub postgres: Vec<String>,
 }
 
 fn default_watch_interval_ms() -> u64 {

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use weir_contract::grants::Grants;
 
 use super::host_file::{HostConfig, TenantConfig};
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, SourceConfig};
 use crate::runtime::TenantShare;
 
 pub struct Tenant {
@@ -26,6 +26,8 @@ pub struct Tenant {
     /// `<state_dir>/tenants/<tenant>`: its positions, epochs and uploads.
     pub state_dir: PathBuf,
     pub grants: Grants,
+    /// The databases its pipelines may read (as TCP grants).
+    pub postgres: Grants,
     pub share: Arc<TenantShare>,
 }
 
@@ -47,6 +49,8 @@ impl Tenant {
             &format!("{field}: its state folder"),
         )?;
         let grants = config.grants.parse().map_err(|e| format!("{field}.{e}"))?;
+        let postgres = Grants::parse(Vec::<String>::new(), &config.sources.postgres)
+            .map_err(|e| format!("{field}.sources.postgres: {e}"))?;
         let stored_now = stored_bytes(&root);
         let share = Arc::new(TenantShare::new(
             name,
@@ -63,6 +67,7 @@ impl Tenant {
             pipelines_dir,
             state_dir,
             grants,
+            postgres,
             share,
         })
     }
@@ -80,10 +85,20 @@ impl Tenant {
     /// safe to run: every error names `file` and the key.
     pub fn admit(&self, name: &str, text: &str, file: &Path) -> Result<PipelineConfig, String> {
         crate::config::check_name("pipeline name", name)?;
-        // No `${VAR}`: the host's environment holds the tokens.
-        let mut config = PipelineConfig::parse(text, file, &self.pipelines_dir, |_| None)
-            .map_err(|e| e.to_string())?;
+        // `${VAR}` reaches only the tenant's own variables: the host's
+        // environment holds the tokens, and other tenants' secrets.
+        let prefix = self.env_prefix();
+        let mut config = PipelineConfig::parse(text, file, &self.pipelines_dir, |var| {
+            var.starts_with(&prefix)
+                .then(|| std::env::var(var).ok())
+                .flatten()
+        })
+        .map_err(|e| e.to_string())?;
         let invalid = |detail: String| format!("{}: {detail}", file.display());
+        if let SourceConfig::Postgres(pg) = &config.source {
+            self.check_database(&pg.dsn)
+                .map_err(|e| invalid(format!("source.postgres.dsn: {e}")))?;
+        }
         if config.pipeline != name {
             return Err(invalid(format!(
                 "pipeline: `{}` differs from the name it is deployed as (`{name}`)",
@@ -130,6 +145,55 @@ impl Tenant {
             }
         }
         Ok(config)
+    }
+
+    /// The environment variables a pipeline file of this tenant may name:
+    /// `WEIR_TENANT_<NAME>_...`, the name upper-cased with `-` and `.` as `_`.
+    pub fn env_prefix(&self) -> String {
+        let name: String = self
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("WEIR_TENANT_{name}_")
+    }
+
+    /// Every server a connection string names must be granted to the
+    /// tenant in `sources.postgres`; a Unix socket never is.
+    fn check_database(&self, dsn: &str) -> Result<(), String> {
+        use tokio_postgres::config::Host;
+        let parsed: tokio_postgres::Config =
+            dsn.parse().map_err(|e| format!("cannot be read: {e}"))?;
+        let ports = parsed.get_ports();
+        for (i, host) in parsed.get_hosts().iter().enumerate() {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            let Host::Tcp(name) = host else {
+                return Err("a Unix socket is not allowed under weir serve".into());
+            };
+            let allowed = match name.parse::<std::net::IpAddr>() {
+                Ok(ip) => self.postgres.allows_ip(ip, port).is_some(),
+                Err(_) => self
+                    .postgres
+                    .allows_tcp_name(&name.to_ascii_lowercase(), port)
+                    .is_some(),
+            };
+            if !allowed {
+                return Err(format!(
+                    "`{name}:{port}` is not granted to tenant `{}` (tenants.{}.sources.postgres                      in the host file)",
+                    self.name, self.name
+                ));
+            }
+        }
+        if parsed.get_hosts().is_empty() {
+            return Err("names no host; under weir serve it must name a granted server".into());
+        }
+        Ok(())
     }
 
     /// The sum of `memory_mb` over a pipeline's sinks.
@@ -222,4 +286,154 @@ fn stored_bytes(root: &Path) -> u64 {
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two tenants in a temporary folder, with a plugin file each.
+    fn host(dir: &Path) -> HostConfig {
+        let text = "listen: 127.0.0.1:0\nstate_dir: state\npipelines_dir: pipelines\n\
+            operator_token_env: WEIR_TEST_OPERATOR\n\
+            tenants:\n\
+            \x20 a:\n    token_env: WEIR_TEST_TOKEN_A\n    root: data/a\n\
+            \x20   grants: { http: [\"https://*.a.example\"], tcp: [\"10.1.0.0/16:6379\"] }\n\
+            \x20   sources: { postgres: [\"db.a.example:5432\"] }\n\
+            \x20 b:\n    token_env: WEIR_TEST_TOKEN_B\n    root: data/b\n";
+        // SAFETY: set before any thread of this test reads the environment;
+        // every test sets the same values.
+        unsafe {
+            std::env::set_var("WEIR_TEST_TOKEN_A", "token-of-tenant-a-0123456789");
+            std::env::set_var("WEIR_TEST_TOKEN_B", "token-of-tenant-b-0123456789");
+            std::env::set_var("WEIR_TENANT_A_SECRET", "from-a");
+            std::env::set_var("WEIR_TENANT_B_SECRET", "from-b");
+        }
+        let host = HostConfig::parse(text, &dir.join("host.yaml"), dir).unwrap();
+        for tenant in ["a", "b"] {
+            let folder = dir.join("pipelines").join(tenant);
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(folder.join("sink.wasm"), b"not looked at here").unwrap();
+        }
+        host
+    }
+
+    fn pipeline(sink_extra: &str) -> String {
+        format!(
+            "pipeline: p\nsource: {{ generator: {{ seed: 1 }} }}\nsinks:\n  - name: s\n    \
+             plugin: sink.wasm\n    blob_store: {{ url: lake }}\n{sink_extra}"
+        )
+    }
+
+    #[test]
+    fn a_pipeline_is_held_inside_its_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let config = a.admit("p", &pipeline(""), Path::new("p.yaml")).unwrap();
+        let root = PathBuf::from(&config.sinks[0].blob_store.url);
+        assert!(
+            root.starts_with(&a.root) && root.ends_with("p/lake"),
+            "{root:?}"
+        );
+        assert!(config.state_dir.starts_with(&a.state_dir));
+        assert!(config.sinks[0].plugin.starts_with(&a.pipelines_dir));
+    }
+
+    #[test]
+    fn escapes_from_the_tenant_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let b = Tenant::open(&host, "b").unwrap();
+        let refused = |text: String, key: &str| {
+            let error = a.admit("p", &text, Path::new("p.yaml")).unwrap_err();
+            assert!(error.contains(key), "expected `{key}` in: {error}");
+        };
+        for url in [
+            "../../b/p",
+            "/tmp/elsewhere",
+            "file:///tmp/x",
+            "s3://bucket/x",
+            ".",
+        ] {
+            refused(
+                pipeline("").replace("url: lake", &format!("url: \"{url}\"")),
+                "blob_store.url",
+            );
+        }
+        // A link in A's root that leads into B's.
+        std::os::unix::fs::symlink(&b.root, a.root.join("into-b")).unwrap();
+        std::fs::create_dir_all(a.root.join("p")).unwrap();
+        std::os::unix::fs::symlink(&b.root, a.root.join("p").join("lake")).unwrap();
+        refused(pipeline(""), "leads out of tenant `a`'s root");
+        std::fs::remove_file(a.root.join("p").join("lake")).unwrap();
+        // B's plugin, by a path out of A's folder.
+        refused(
+            pipeline("").replace("plugin: sink.wasm", "plugin: ../b/sink.wasm"),
+            "sinks[0].plugin",
+        );
+        refused(
+            format!("{}state_dir: elsewhere\n", pipeline("")),
+            "state_dir",
+        );
+        refused(
+            pipeline("").replace("pipeline: p", "pipeline: q"),
+            "differs from the name",
+        );
+        refused(
+            pipeline("    grants: { tcp: [\"10.2.0.1:6379\"] }\n"),
+            "grants.tcp",
+        );
+        refused(
+            pipeline("    grants: { http: [\"https://b.example\"] }\n"),
+            "grants.http",
+        );
+        // Another tenant's variable, and the host's own, are not there.
+        refused(
+            pipeline("    config: { k: \"${WEIR_TENANT_B_SECRET}\" }\n"),
+            "WEIR_TENANT_B_SECRET",
+        );
+        refused(
+            pipeline("    config: { k: \"${WEIR_TEST_TOKEN_A}\" }\n"),
+            "WEIR_TEST_TOKEN_A",
+        );
+        let own = a
+            .admit(
+                "p",
+                &pipeline("    config: { k: \"${WEIR_TENANT_A_SECRET}\" }\n"),
+                Path::new("p.yaml"),
+            )
+            .unwrap();
+        assert_eq!(own.sinks[0].config["k"], "from-a");
+        // Grants within the tenant's are taken.
+        a.admit(
+            "p",
+            &pipeline(
+                "    grants: { http: [\"https://api.a.example\"], tcp: [\"10.1.2.3:6379\"] }\n",
+            ),
+            Path::new("p.yaml"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_database_must_be_granted_to_the_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        assert!(
+            a.check_database("host=db.a.example user=x dbname=y")
+                .is_ok()
+        );
+        for dsn in [
+            "host=db.b.example user=x",
+            "host=db.a.example port=6543 user=x",
+            "host=/var/run/postgresql user=x",
+            "postgresql://x@10.0.0.1:5432/y",
+            "user=x dbname=y",
+        ] {
+            assert!(a.check_database(dsn).is_err(), "{dsn} was let through");
+        }
+    }
 }
