@@ -3,7 +3,7 @@
 //!
 //! - **the pause of a swap**: the `pause_ms` each replace reply carries
 //!   (how long the pipeline stood still at the commit boundary while the
-//!   new instance took over, as the host measures it), p50/p99/max over 60
+//!   new instance took over, as the host measures it), p50/p99/max over 100
 //!   swaps into a pipeline streaming the generator at full speed into the
 //!   positioned fixture;
 //! - **throughput with and without swaps**: the same pipeline (generator,
@@ -41,7 +41,7 @@ const SINK: &str = "lake";
 const SEED: u64 = 41;
 /// Distinct versions swapped in turn, so no swap asks for the running one.
 const VERSIONS: u32 = 4;
-const PAUSE_SAMPLES: usize = 60;
+const PAUSE_SAMPLES: usize = 100;
 const ROUNDS: usize = 3;
 const SWAP_EVERY: Duration = Duration::from_millis(200);
 

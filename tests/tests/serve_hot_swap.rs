@@ -217,7 +217,7 @@ fn assert_instances_never_interleave(root: &Path) -> usize {
 
 #[test]
 fn twenty_replacements_under_load_keep_the_destination_exact() {
-    let host = ServeHost::builder()
+    let mut host = ServeHost::builder()
         .tenant(Tenant::new(TENANT).max_memory_mb(512))
         .start();
     let token = host.token(TENANT).to_string();
@@ -362,6 +362,14 @@ fn twenty_replacements_under_load_keep_the_destination_exact() {
         1 + accepted + rolled_back,
         "instances that committed: the first, one per accepted version, one per rollback, and \
          no other"
+    );
+
+    host.sigterm();
+    let exit = host.wait_exit(Duration::from_secs(15));
+    assert!(
+        exit.is_some_and(|e| e.success()),
+        "weir serve did not exit cleanly on SIGTERM: {exit:?}\n{}",
+        host.log_tail(20)
     );
 }
 

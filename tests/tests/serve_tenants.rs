@@ -924,7 +924,8 @@ fn a_failing_pipelines_are_parked_not_hammered(host: &ServeHost, to_park: &[ToPa
         assert_eq!(
             (runs.starts.len(), runs.failures.len()),
             (MAX_FAILURES as usize, MAX_FAILURES as usize),
-            "A/{pipeline}'s runs and failures"
+            "A/{pipeline}'s runs and failures; its lines:\n{}",
+            lines_of(&log, pipeline)
         );
         assert_eq!(
             now as usize,
@@ -961,6 +962,17 @@ fn a_failing_pipelines_are_parked_not_hammered(host: &ServeHost, to_park: &[ToPa
         .any(|e| e["pipeline"].as_str().is_some_and(|p| p.starts_with("B/")));
     assert!(!mentions_b, "/ready names B's pipeline: {ready}");
     b.unharmed(host, "A's pipelines parked");
+}
+
+/// The lines of the host's log about A's pipeline `pipeline`.
+fn lines_of(log: &str, pipeline: &str) -> String {
+    let span = format!("pipeline{{tenant=A pipeline={pipeline}}}");
+    let field = format!("pipeline=A/{pipeline}");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&span) || l.trim_end().ends_with(&field))
+        .collect();
+    lines.join("\n")
 }
 
 /// When a pipeline's runs started and failed, by the host's log.

@@ -50,31 +50,54 @@ pub struct ServerArgs {
     pub token: Option<String>,
 }
 
+/// How a pipeline is named on the command line, in help and errors.
+const NAME: &str = "TENANT/PIPELINE";
+
 #[derive(Subcommand, Debug)]
 pub enum CtlCommand {
     /// The pipelines the token reaches, with their state.
     List,
     /// Create a pipeline, or change it, from a pipeline file.
     Apply {
+        #[arg(value_name = NAME)]
         pipeline: PipelineName,
         /// The pipeline's YAML file, sent as it is.
         file: PathBuf,
     },
     /// State, per sink plugin and table position, lag, last error.
-    Status { pipeline: PipelineName },
+    Status {
+        #[arg(value_name = NAME)]
+        pipeline: PipelineName,
+    },
     /// Stop taking changes at the next commit boundary.
-    Pause { pipeline: PipelineName },
+    Pause {
+        #[arg(value_name = NAME)]
+        pipeline: PipelineName,
+    },
     /// Take changes again (also un-parks a parked pipeline).
-    Resume { pipeline: PipelineName },
+    Resume {
+        #[arg(value_name = NAME)]
+        pipeline: PipelineName,
+    },
     /// Stop at a commit boundary, and stay stopped.
-    Stop { pipeline: PipelineName },
+    Stop {
+        #[arg(value_name = NAME)]
+        pipeline: PipelineName,
+    },
     /// Start a stopped or parked pipeline.
-    Start { pipeline: PipelineName },
+    Start {
+        #[arg(value_name = NAME)]
+        pipeline: PipelineName,
+    },
     /// Stop the pipeline and remove its definition (its positions are kept).
-    Delete { pipeline: PipelineName },
+    Delete {
+        #[arg(value_name = NAME)]
+        pipeline: PipelineName,
+    },
     /// Replace a sink's plugin at the next commit boundary; the old version
     /// keeps running if the new one is refused.
     Replace {
+        #[arg(value_name = NAME)]
         pipeline: PipelineName,
         #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         sink: String,
@@ -86,6 +109,7 @@ pub enum CtlCommand {
     },
     /// Swap a sink back to the plugin version it ran before.
     Rollback {
+        #[arg(value_name = NAME)]
         pipeline: PipelineName,
         #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         sink: String,

@@ -43,6 +43,7 @@ pub enum Command {
     /// Show where every sink stands for every table.
     Status {
         /// The pipeline file; with --server, TENANT/PIPELINE.
+        #[arg(value_name = "PIPELINE.yaml | TENANT/PIPELINE")]
         pipeline: PathBuf,
         #[arg(long)]
         json: bool,

@@ -199,6 +199,7 @@ async fn status(
         "file": slot.tenant.pipelines_dir.join(format!("{}.yaml", slot.name)).display().to_string(),
         "plugins": plugins,
         "live": slot.live(),
+        "sink_errors": slot.sink_errors(),
         "swaps": slot.swaps(),
     })))
 }

@@ -484,6 +484,7 @@ impl Server {
 
     /// Records a refused swap and makes the refusal.
     fn refused(&self, slot: &Slot, sink: &str, sha256: &str, reason: String) -> Refusal {
+        let reason = slot.tenant.explain(reason);
         tracing::warn!(pipeline = %slot.id(), sink, "plugin {sha256} refused: {reason}");
         slot.record_swap(record(
             sink,

@@ -110,6 +110,8 @@ struct Inner {
     ended: bool,
     /// The live status of the last run, kept once it ended.
     last_live: Option<LiveStatus>,
+    /// The last error each sink caused, with when.
+    sink_errors: BTreeMap<String, String>,
 }
 
 /// What the thread of a slot needs from the host.
@@ -147,6 +149,7 @@ impl Slot {
                 swaps: VecDeque::new(),
                 ended: false,
                 last_live: None,
+                sink_errors: BTreeMap::new(),
             }),
             changed: Condvar::new(),
         })
@@ -196,6 +199,11 @@ impl Slot {
 
     pub fn control(&self) -> Option<Arc<Control>> {
         self.inner().control.clone()
+    }
+
+    /// The last error of each sink that caused one.
+    pub fn sink_errors(&self) -> BTreeMap<String, String> {
+        self.inner().sink_errors.clone()
     }
 
     /// The running run's live status, or the last run's.
@@ -415,8 +423,16 @@ impl Slot {
                 self.set_state(&mut inner, State::Finished, reason);
             }
             Err(e) => {
-                let message = e.to_string();
+                let message = self.tenant.explain(e.to_string());
                 tracing::error!(pipeline = %self.id(), "run failed: {message}");
+                let sink = match &e {
+                    RunError::Stopped(stop) => Some(stop.sink.clone()),
+                    RunError::Sink { sink, .. } => Some(sink.clone()),
+                    _ => None,
+                };
+                if let Some(sink) = sink {
+                    inner.sink_errors.insert(sink, message.clone());
+                }
                 if inner.restart || inner.wanted != Wanted::Run {
                     if inner.restart {
                         self.set_state(&mut inner, State::Starting, Some(message));

@@ -196,6 +196,23 @@ impl Tenant {
         Ok(())
     }
 
+    /// Adds to a load error that names a missing grant whether the tenant
+    /// could be granted it at all.
+    pub fn explain(&self, message: String) -> String {
+        for (key, none) in [
+            ("grants.http", self.grants.http.is_empty()),
+            ("grants.tcp", self.grants.tcp.is_empty()),
+        ] {
+            if message.contains(&format!("no `{key}`")) && none {
+                return format!(
+                    "{message} (tenant `{}` is granted none: tenants.{}.{key} in the host file)",
+                    self.name, self.name
+                );
+            }
+        }
+        message
+    }
+
     /// The sum of `memory_mb` over a pipeline's sinks.
     pub fn memory_mb(config: &PipelineConfig) -> u64 {
         config.sinks.iter().map(|s| s.limits.memory_mb).sum()
