@@ -45,6 +45,7 @@ pub enum Command {
         /// The pipeline file; with --server, TENANT/PIPELINE.
         #[arg(value_name = "PIPELINE.yaml | TENANT/PIPELINE")]
         pipeline: PathBuf,
+        /// Print the status as JSON (with --server, the server's as it is).
         #[arg(long)]
         json: bool,
         /// Ask this `weir serve` (the store of a pipeline that runs is
@@ -279,8 +280,7 @@ mod tests {
             "--server",
             "http://192.0.2.1:9",
         ]))
-        .err()
-        .expect("refused");
+        .expect_err("refused");
         assert!(error.contains("TENANT/PIPELINE"), "{error}");
         assert!(error.contains("unset WEIR_SERVER"), "{error}");
     }

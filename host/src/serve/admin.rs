@@ -42,7 +42,23 @@ pub fn router(server: Arc<Server>) -> Router {
         .with_state(server)
 }
 
-type Answer = Result<Response, Response>;
+type Answer = Result<Response, Failure>;
+
+/// A refusal on its way out (boxed: a response is large, and most
+/// answers are not refusals).
+pub struct Failure(Box<Response>);
+
+impl From<Response> for Failure {
+    fn from(response: Response) -> Self {
+        Failure(Box::new(response))
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
 
 fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
     (status, axum::Json(json!({ "error": message.to_string() }))).into_response()
@@ -63,7 +79,7 @@ fn ok(value: impl serde::Serialize) -> Response {
 }
 
 /// The caller behind the request's bearer token.
-fn caller(server: &Server, headers: &HeaderMap) -> Result<Caller, Response> {
+fn caller(server: &Server, headers: &HeaderMap) -> Result<Caller, Failure> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -75,7 +91,7 @@ fn caller(server: &Server, headers: &HeaderMap) -> Result<Caller, Response> {
             header::WWW_AUTHENTICATE,
             "Bearer".parse().expect("a valid header"),
         );
-        response
+        Failure::from(response)
     };
     let Some(token) = token else {
         return Err(unauthorized(
@@ -238,7 +254,8 @@ async fn steer(
             return Err(error(
                 StatusCode::NOT_FOUND,
                 format!("no action `{verb}`: pause, resume, stop or start"),
-            ));
+            )
+            .into());
         }
     };
     done.map_err(|why| {
