@@ -130,7 +130,8 @@ impl Control {
 
     /// True when something waits for a commit boundary.
     pub(super) fn wants_boundary(&self) -> bool {
-        self.pending.load(Ordering::Acquire)
+        // The stop flag may be set from outside (a signal handler shares it).
+        self.pending.load(Ordering::Acquire) || self.stopping()
     }
 
     /// The swaps waiting, taken.
