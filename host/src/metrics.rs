@@ -339,6 +339,14 @@ impl PipelineMetrics {
     pub fn sink(&self, sink: &str) -> SinkMetrics {
         let labels = self.sink_labels(sink);
         let f = &self.families;
+        // Every outcome is on the page from the start, so a rate reads 0
+        // rather than nothing before the first swap.
+        for outcome in SWAP_OUTCOMES {
+            let _ = f.plugin_swaps.get_or_create(&SwapLabels {
+                of: labels.clone(),
+                outcome: Text::new(outcome),
+            });
+        }
         SinkMetrics {
             rows_out: f.rows_out.clone(),
             bytes_out: f.bytes_out.clone(),
@@ -350,6 +358,9 @@ impl PipelineMetrics {
         }
     }
 }
+
+/// What a plugin swap can come to.
+pub const SWAP_OUTCOMES: &[&str] = &["swapped", "refused", "rolled_back"];
 
 /// The states a pipeline is reported in.
 pub const STATES: &[&str] = &[

@@ -28,11 +28,12 @@ const SINK: &str = "lake";
 const SEED: u64 = 31;
 /// With the pace below, about 35 s of changes on the reference machine
 /// (the pace is slept, so a loaded machine is slower, not faster): the 20
-/// swaps take about 25 s of it.
+/// swaps take 15 to 30 s of it.
 const CHANGES: u64 = 40_000;
 const PACE_US: u64 = 1_000;
-/// Between two swaps, so every instance commits a few times.
-const SWAP_SPACING: Duration = Duration::from_millis(800);
+/// Between two swaps, so every instance commits many times (a flush is
+/// every few tens of milliseconds).
+const SWAP_SPACING: Duration = Duration::from_millis(500);
 /// The sink's memory limit; the oversized version holds more at instantiation.
 const MEMORY_MB: u64 = 64;
 /// Schema metadata key the positioned fixture records its instance under.

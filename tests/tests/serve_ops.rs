@@ -507,9 +507,9 @@ fn wait_ready(host: &ServeHost, code: u16, timeout: Duration) -> Reply {
 
 #[test]
 fn ready_names_what_does_not_run_and_a_crash_loop_backs_off_and_parks() {
-    const FIRST_BACKOFF_MS: u64 = 300;
+    const FIRST_BACKOFF_MS: u64 = 500;
     // Four failures: three restarts, so the pauses between them can be seen
-    // to grow (300, 600, 1200 ms).
+    // to grow (500, 1000, 2000 ms, more than a run's time varies).
     const MAX_FAILURES: u32 = 4;
     let host = ServeHost::builder()
         .tenant(Tenant::new(TENANT))
@@ -857,11 +857,11 @@ fn changes_committed(root: &Path, seed: u64, changes: u64) -> u64 {
 fn sigterm_under_load_exits_within_the_grace_and_a_restart_finishes_exactly() {
     const PIPELINE: &str = "orders";
     const SEED: u64 = 23;
-    // About 24,600 transactions 1 ms apart: at least 25 s of changes on any
-    // machine (the pace is slept), in batches of 20. Three SIGTERMs, each 1
-    // to 4 s into a run, land before the end.
-    const CHANGES: u64 = 60_000;
-    const PACE_US: u64 = 1_000;
+    // About 4,900 transactions 3 ms apart: at least 15 s of changes on any
+    // machine (the pace is slept; commits add to it), in batches of at most
+    // 20. Three SIGTERMs, each 1 to 4 s into a run, land before the end.
+    const CHANGES: u64 = 12_000;
+    const PACE_US: u64 = 3_000;
     const GRACE_MS: u64 = 5_000;
     let grace = Duration::from_millis(GRACE_MS);
     let mut delays = KillSchedule::from_env_or_random();
@@ -887,11 +887,10 @@ fn sigterm_under_load_exits_within_the_grace_and_a_restart_finishes_exactly() {
     for generation in 0..3u32 {
         let delay = Duration::from_millis(delays.next_ms(1_000, 4_000));
         // Running: recovered, taking changes.
-        let running = match relaunched.as_mut() {
+        match relaunched.as_mut() {
             None => host.wait_for_state(TENANT, PIPELINE, "running", Duration::from_secs(60)),
             Some(later) => later.wait_for_state(PIPELINE, "running", Duration::from_secs(60)),
         };
-        let resumed_from = running["live"]["checkpoint"].clone();
         std::thread::sleep(delay);
         let before = match relaunched.as_mut() {
             None => host.status(TENANT, PIPELINE, &token),
@@ -926,8 +925,9 @@ fn sigterm_under_load_exits_within_the_grace_and_a_restart_finishes_exactly() {
             generation + 1
         );
         landed.push(format!(
-            "SIGTERM {} at {delay:?} into run {} (resumed from {resumed_from}): exit in {took:?}, \
-             {committed} of {CHANGES} changes committed (checkpoint {} just before)",
+            "SIGTERM {} at {delay:?} into run {}: exit in {took:?}, {committed} of {CHANGES} \
+             changes committed ({committed_before} before the run; checkpoint {} just before \
+             the signal)",
             generation + 1,
             generation + 1,
             before["live"]["checkpoint"]
@@ -948,7 +948,8 @@ fn sigterm_under_load_exits_within_the_grace_and_a_restart_finishes_exactly() {
     for line in &landed {
         println!("{line}");
     }
-    println!("finished: {finished}");
+    // Each run took a new fencing epoch: four runs, the last one epoch 4.
+    assert_eq!(finished["live"]["epoch"], 4, "the last run: {finished}");
     assert_positioned_exact(&root, &expected_state(SEED, CHANGES));
 }
 
@@ -987,7 +988,10 @@ fn wait_status(
 fn a_pipeline_file_and_a_renamed_plugin_in_the_watched_folder_deploy_swap_and_delete() {
     const PIPELINE: &str = "orders";
     const SEED: u64 = 57;
-    const CHANGES: u64 = 8_000;
+    // About 4,900 transactions 3 ms apart: at least 15 s, so the swap (the
+    // new version compiles first, seconds on a busy machine) lands while it
+    // runs.
+    const CHANGES: u64 = 12_000;
     const WATCH_MS: u64 = 200;
     let host = ServeHost::builder()
         .tenant(Tenant::new(TENANT))
@@ -998,10 +1002,10 @@ fn a_pipeline_file_and_a_renamed_plugin_in_the_watched_folder_deploy_swap_and_de
     let plugin_path = host.add_plugin(TENANT, "lake.wasm", &honest);
 
     // The pipeline file is written outside and copied in, as an operator
-    // would; paced to run about 15 s, so the swap lands while it runs.
+    // would.
     let pipeline = PipelineBuilder::generator(SEED, CHANGES)
         .name(PIPELINE)
-        .pace_us(2_000)
+        .pace_us(3_000)
         .max_rows(50)
         .linger_ms(20)
         .heartbeat_ms(200)

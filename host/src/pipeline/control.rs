@@ -18,6 +18,8 @@ pub struct Control {
     paused: AtomicBool,
     /// Set once the run has recovered and takes changes.
     recovered: AtomicBool,
+    /// Set once the run has ended: a swap asked for then is answered at once.
+    ended: AtomicBool,
     /// Set while a request waits, so the loop looks at the queue cheaply.
     pending: AtomicBool,
     swaps: Mutex<Vec<SwapRequest>>,
@@ -90,6 +92,7 @@ impl Control {
             stop,
             paused: AtomicBool::new(false),
             recovered: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             pending: AtomicBool::new(false),
             swaps: Mutex::new(Vec::new()),
             live: Mutex::new(LiveStatus::default()),
@@ -121,11 +124,25 @@ impl Control {
         self.paused.load(Ordering::Relaxed)
     }
 
-    /// Queues a swap for the next commit boundary.
+    /// Queues a swap for the next commit boundary; answered at once with
+    /// [`RUN_ENDED`] when the run has ended.
     pub fn request_swap(&self, request: SwapRequest) {
         let mut swaps = lock(&self.swaps);
+        if self.ended.load(Ordering::Acquire) {
+            let _ = request.reply.send(Err(RUN_ENDED.to_string()));
+            return;
+        }
         swaps.push(request);
         self.pending.store(true, Ordering::Release);
+    }
+
+    /// The run has ended, however: every swap still queued is answered.
+    pub(super) fn end(&self) {
+        let mut swaps = lock(&self.swaps);
+        self.ended.store(true, Ordering::Release);
+        for request in swaps.drain(..) {
+            let _ = request.reply.send(Err(RUN_ENDED.to_string()));
+        }
     }
 
     /// True when something waits for a commit boundary.
@@ -172,14 +189,15 @@ impl Control {
     }
 }
 
-impl Drop for Control {
-    /// A swap nobody carried out (the run ended first) is answered.
+/// The answer to a swap whose run ended before a commit boundary.
+pub const RUN_ENDED: &str = "the pipeline's run ended before the swap";
+
+/// Ends the control's run when dropped, however the run ends.
+pub(super) struct EndOnDrop<'a>(pub &'a Control);
+
+impl Drop for EndOnDrop<'_> {
     fn drop(&mut self) {
-        for request in std::mem::take(&mut *lock(&self.swaps)) {
-            let _ = request
-                .reply
-                .send(Err("the pipeline stopped before the swap".into()));
-        }
+        self.0.end();
     }
 }
 

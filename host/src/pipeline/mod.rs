@@ -93,6 +93,7 @@ pub fn run(
     options: &RunOptions,
     host: &RunHost,
 ) -> Result<RunReport, RunError> {
+    let _end = control::EndOnDrop(host.control);
     let store = EmbeddedStore::open(&config.store_path())?;
     let epoch = store.next_epoch(&config.pipeline)?;
     let metrics = host.control.metrics.clone();

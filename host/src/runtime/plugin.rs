@@ -364,11 +364,18 @@ fn check_is_component(path: &Path, wasm: &[u8]) -> Result<(), LoadError> {
     if wasm.len() < 8 || wasm[..4] != *b"\0asm" {
         return refuse("it is not WebAssembly (no `\\0asm` header)");
     }
-    if wasm[6..8] != [0x01, 0x00] {
+    if wasm[4..8] == [0x01, 0x00, 0x00, 0x00] {
         return refuse(
             "it is a core WebAssembly module, not a component; build it for wasm32-wasip2 \
              (or wrap it with `wasm-tools component new`)",
         );
+    }
+    if wasm[6..8] != [0x01, 0x00] {
+        return refuse(&format!(
+            "its header (version and layer bytes {:02x?}) is neither a core module's nor a \
+             component's",
+            &wasm[4..8]
+        ));
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ use super::supervisor::{Context, PluginVersion, Slot, State, SwapRecord};
 use super::tenant::{self, Tenant};
 use crate::metrics::Metrics;
 use crate::pipeline::SwapRequest;
+use crate::pipeline::control::RUN_ENDED;
 use crate::pipeline::setup::SinkFactory;
 use crate::runtime::{Plugin, plugin};
 
@@ -418,20 +419,13 @@ impl Server {
                 &grants,
             )
             .map_err(|e| self.refused(slot, sink, &sha256, e.to_string()))?;
-            slot.set_plugin(
+            return Ok(take_at_next_start(
+                slot,
                 sink,
                 version,
-                record(sink, outcome, &sha256, None, None, None),
-            );
-            save_versions(slot);
-            slot.metrics.swap(sink, outcome);
-            return Ok(Swapped {
-                sink: sink.to_string(),
-                sha256,
+                outcome,
                 previous_sha256,
-                pause_ms: None,
-                at: None,
-            });
+            ));
         };
         let worker = factory
             .start(&config, &sink_config, &path, Some(&sha256))
@@ -442,20 +436,27 @@ impl Server {
             worker,
             reply,
         });
-        let done = answer
-            .recv_timeout(SWAP_WAIT)
-            .map_err(|_| {
-                self.refused(
+        let done = match answer.recv_timeout(SWAP_WAIT) {
+            Ok(Ok(done)) => done,
+            // It loaded, instantiated and opened; the run ended first.
+            Ok(Err(e)) if e == RUN_ENDED => {
+                return Ok(take_at_next_start(
                     slot,
                     sink,
-                    &sha256,
-                    format!(
-                        "the pipeline reached no commit boundary within {} s",
-                        SWAP_WAIT.as_secs()
-                    ),
-                )
-            })?
-            .map_err(|e| self.refused(slot, sink, &sha256, e))?;
+                    version,
+                    outcome,
+                    previous_sha256,
+                ));
+            }
+            Ok(Err(e)) => return Err(self.refused(slot, sink, &sha256, e)),
+            Err(_) => {
+                let why = format!(
+                    "the pipeline reached no commit boundary within {} s",
+                    SWAP_WAIT.as_secs()
+                );
+                return Err(self.refused(slot, sink, &sha256, why));
+            }
+        };
         slot.set_plugin(
             sink,
             version,
@@ -484,7 +485,7 @@ impl Server {
 
     /// Records a refused swap and makes the refusal.
     fn refused(&self, slot: &Slot, sink: &str, sha256: &str, reason: String) -> Refusal {
-        let reason = slot.tenant.explain(reason);
+        let reason = format!("sink `{sink}`: {}", slot.tenant.explain(reason));
         tracing::warn!(pipeline = %slot.id(), sink, "plugin {sha256} refused: {reason}");
         slot.record_swap(record(
             sink,
@@ -509,6 +510,32 @@ impl Server {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             slot.wait_ended(left)
         })
+    }
+}
+
+/// Makes `version` the one `sink` runs from its pipeline's next start (the
+/// pipeline is not running now).
+fn take_at_next_start(
+    slot: &Slot,
+    sink: &str,
+    version: PluginVersion,
+    outcome: &'static str,
+    previous_sha256: Option<String>,
+) -> Swapped {
+    let sha256 = version.sha256.clone();
+    slot.set_plugin(
+        sink,
+        version,
+        record(sink, outcome, &sha256, None, None, None),
+    );
+    save_versions(slot);
+    slot.metrics.swap(sink, outcome);
+    Swapped {
+        sink: sink.to_string(),
+        sha256,
+        previous_sha256,
+        pause_ms: None,
+        at: None,
     }
 }
 
