@@ -1193,6 +1193,7 @@ fn tenant_a_is_refused_or_contained_while_tenant_b_runs_exact() {
     let contained = started.elapsed();
 
     // B's own change: no pace, so the rest of its stream comes at once.
+    let b_before_lift = changes_of(&b_status(&host));
     let reply = host.deploy(TENANT_B, &b_pipeline(0), host.token(TENANT_B));
     assert!(reply.is_success(), "lifting B's pace: {reply}");
     let finished = host.wait_for_state(TENANT_B, B_PIPELINE, "finished", Duration::from_secs(180));
@@ -1200,6 +1201,7 @@ fn tenant_a_is_refused_or_contained_while_tenant_b_runs_exact() {
         finished["reason"].is_null(),
         "B finished with a reason: {finished}"
     );
+    let b_finished = started.elapsed();
     assert_positioned_exact(
         &host.sink_root(TENANT_B, B_PIPELINE, B_SINK),
         &expected_state(B_SEED, B_CHANGES),
@@ -1207,8 +1209,10 @@ fn tenant_a_is_refused_or_contained_while_tenant_b_runs_exact() {
     let foreign = foreign_in_b_root(&host);
     assert!(foreign.is_empty(), "B's root holds {foreign:?}");
     println!(
-        "refusals done at {refusals:?}, runtime attempts contained at {contained:?}, B exact at \
-         {:?}",
+        "refusals done at {refusals:?}, runtime attempts contained at {contained:?} (B had taken \
+         {b_before_lift} of its {B_CHANGES} changes), B finished at {b_finished:?} ({} \
+         changes in its last run) and found exact at {:?}",
+        changes_of(&finished),
         started.elapsed()
     );
 }
@@ -1323,17 +1327,17 @@ impl ServeWithEnvironment {
         pipeline.clone().for_serve().write_in(&folder);
     }
 
-    /// Waits for the first log line holding every needle.
-    fn wait_for_line(&self, needles: &[&str]) -> String {
+    /// Waits for the first log line `wanted` picks.
+    fn wait_for_line(&self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let log = self.log();
-            if let Some(line) = log.lines().find(|l| needles.iter().all(|n| l.contains(n))) {
+            if let Some(line) = log.lines().find(|l| wanted(l)) {
                 return line.to_string();
             }
             assert!(
                 Instant::now() < deadline,
-                "no line with {needles:?} in the log of weir serve:\n{log}"
+                "no line about {what} in the log of weir serve:\n{log}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -1367,9 +1371,14 @@ fn a_tenant_cannot_read_the_variables_of_a_tenant_whose_name_extends_its_own() {
     };
     // The owner reads it: the variable is there to be read.
     host.place("acme_eu", &reading("own"));
-    host.wait_for_line(&["created", "acme_eu/own"]);
+    host.wait_for_line("acme_eu/own created", |l| {
+        l.contains("created") && l.ends_with("pipeline=acme_eu/own")
+    });
     host.place("acme", &reading("steal"));
-    let line = host.wait_for_line(&["steal.yaml"]);
+    // Refused (naming its file) or created: whichever the host logs.
+    let line = host.wait_for_line("acme/steal", |l| {
+        l.contains("steal.yaml") || l.ends_with("pipeline=acme/steal")
+    });
     assert!(
         line.contains("pipeline file refused") && line.contains(variable),
         "tenant `acme` read `{variable}` of tenant `acme_eu`: {line}"

@@ -18,6 +18,8 @@ pub struct Control {
     paused: AtomicBool,
     /// Set once the run has recovered and takes changes.
     recovered: AtomicBool,
+    /// Set while a swap is queued.
+    swap_waiting: AtomicBool,
     /// Set once the run has ended: a swap asked for then is answered at once.
     ended: AtomicBool,
     /// Set while a request waits, so the loop looks at the queue cheaply.
@@ -41,8 +43,9 @@ pub struct SwapRequest {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SwapDone {
     pub sink: String,
-    /// How long the run stopped taking changes for it, the commit of the
-    /// batch in flight included.
+    /// How long the run stopped taking changes for it: from the boundary
+    /// (the batch in flight committed, as it would have anyway) to the new
+    /// worker in place.
     pub pause_ms: f64,
     /// The checkpoint at the boundary where the new version took over.
     pub at: Option<String>,
@@ -93,6 +96,7 @@ impl Control {
             paused: AtomicBool::new(false),
             recovered: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            swap_waiting: AtomicBool::new(false),
             pending: AtomicBool::new(false),
             swaps: Mutex::new(Vec::new()),
             live: Mutex::new(LiveStatus::default()),
@@ -133,7 +137,14 @@ impl Control {
             return;
         }
         swaps.push(request);
-        self.pending.store(true, Ordering::Release);
+        self.swap_waiting.store(true, Ordering::Release);
+    }
+
+    /// True while a swap waits for the next commit boundary. The run takes
+    /// it at the next boundary it reaches anyway (a batch committed, or
+    /// nothing buffered), so a swap never forces an early commit.
+    pub(super) fn swap_waiting(&self) -> bool {
+        self.swap_waiting.load(Ordering::Acquire)
     }
 
     /// The run has ended, however: every swap still queued is answered.
@@ -153,15 +164,15 @@ impl Control {
 
     /// The swaps waiting, taken.
     pub(super) fn take_swaps(&self) -> Vec<SwapRequest> {
-        std::mem::take(&mut *lock(&self.swaps))
+        let mut swaps = lock(&self.swaps);
+        self.swap_waiting.store(false, Ordering::Release);
+        std::mem::take(&mut *swaps)
     }
 
-    /// Leaves the flag set only while something still waits for a
-    /// boundary. Under the queue's lock, so a swap asked for meanwhile is
-    /// never forgotten.
+    /// Leaves the flag set only while a stop or a pause still waits.
     pub(super) fn settle(&self) {
-        let swaps = lock(&self.swaps);
-        let waiting = !swaps.is_empty() || self.stopping() || self.paused();
+        let _swaps = lock(&self.swaps);
+        let waiting = self.stopping() || self.paused();
         self.pending.store(waiting, Ordering::Release);
     }
 

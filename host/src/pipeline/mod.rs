@@ -173,6 +173,10 @@ impl Run<'_> {
             if self.control.wants_boundary() && self.at_boundary(batcher)? == Boundary::Stop {
                 return Ok(());
             }
+            if self.control.swap_waiting() && batcher.buffered_changes() == 0 {
+                // Nothing in flight: this is a commit boundary already.
+                self.swaps(Instant::now());
+            }
             match self.source.next_transaction()? {
                 Some(tx) => {
                     // An empty transaction is a source heartbeat, not a transaction.
@@ -224,7 +228,19 @@ impl Run<'_> {
             self.control,
             self.source.lag_bytes(),
         );
+        if self.control.swap_waiting() {
+            // Its batch committed: the swap costs only its own pause.
+            self.swaps(Instant::now());
+        }
         Ok(())
+    }
+
+    /// Carries out every swap waiting; `since`: when the run stopped taking
+    /// changes for them.
+    fn swaps(&mut self, since: Instant) {
+        for request in self.control.take_swaps() {
+            self.swap(request, since);
+        }
     }
 
     /// Something waits for a commit boundary: commits what the batcher
@@ -238,9 +254,7 @@ impl Run<'_> {
                 tracing::info!("stopped at a commit boundary");
                 return Ok(Boundary::Stop);
             }
-            for request in self.control.take_swaps() {
-                self.swap(request, noticed);
-            }
+            self.swaps(noticed);
             if !self.control.paused() {
                 if paused {
                     tracing::info!("resumed");
