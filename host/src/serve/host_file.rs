@@ -106,6 +106,10 @@ pub struct TenantConfig {
     /// so without this a tenant could point the host anywhere it reaches.
     #[serde(default)]
     pub sources: SourceGrantsConfig,
+    /// The environment variables its pipeline files may name in `${VAR}`
+    /// (its secrets); none by default. A variable belongs to one tenant.
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -189,6 +193,26 @@ impl HostConfig {
         }
         if self.tenants.is_empty() {
             return Err("tenants: at least one tenant is needed".to_string());
+        }
+        let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+        for (name, tenant) in &self.tenants {
+            for variable in &tenant.env {
+                let plain = !variable.is_empty()
+                    && variable
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !plain {
+                    return Err(format!(
+                        "tenants.{name}.env: `{variable}` is not a variable name (letters, digits, `_`)"
+                    ));
+                }
+                if let Some(other) = owners.insert(variable, name) {
+                    return Err(format!(
+                        "tenants.{name}.env: `{variable}` is already tenant `{other}`'s; a \
+                         variable belongs to one tenant"
+                    ));
+                }
+            }
         }
         for (name, tenant) in &self.tenants {
             let field = format!("tenants.{name}");

@@ -85,15 +85,29 @@ impl Tenant {
     /// safe to run: every error names `file` and the key.
     pub fn admit(&self, name: &str, text: &str, file: &Path) -> Result<PipelineConfig, String> {
         crate::config::check_name("pipeline name", name)?;
-        // `${VAR}` reaches only the tenant's own variables: the host's
-        // environment holds the tokens, and other tenants' secrets.
-        let prefix = self.env_prefix();
+        // `${VAR}` reaches only the variables the host file gives the
+        // tenant: the host's environment holds the tokens, and other
+        // tenants' secrets.
         let mut config = PipelineConfig::parse(text, file, &self.pipelines_dir, |var| {
-            var.starts_with(&prefix)
+            self.config
+                .env
+                .iter()
+                .any(|own| own == var)
                 .then(|| std::env::var(var).ok())
                 .flatten()
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| {
+            let e = e.to_string();
+            if e.contains("environment variable") {
+                format!(
+                    "{e}; under weir serve a pipeline file reads only the variables listed in \
+                     tenants.{}.env in the host file",
+                    self.name
+                )
+            } else {
+                e
+            }
+        })?;
         let invalid = |detail: String| format!("{}: {detail}", file.display());
         if let SourceConfig::Postgres(pg) = &config.source {
             self.check_database(&pg.dsn)
@@ -145,23 +159,6 @@ impl Tenant {
             }
         }
         Ok(config)
-    }
-
-    /// The environment variables a pipeline file of this tenant may name:
-    /// `WEIR_TENANT_<NAME>_...`, the name upper-cased with `-` and `.` as `_`.
-    pub fn env_prefix(&self) -> String {
-        let name: String = self
-            .name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        format!("WEIR_TENANT_{name}_")
     }
 
     /// Every server a connection string names must be granted to the
@@ -236,12 +233,29 @@ impl Tenant {
                  serve a sink's root lies in its tenant's root"
             ));
         }
-        let root = made(&pipeline_root.join(relative), "the root")?;
-        if !root.starts_with(&self.root) {
-            return Err(format!(
+        let wanted = pipeline_root.join(relative);
+        let out = || {
+            format!(
                 "`{url}` leads out of tenant `{}`'s root (through a link)",
                 self.name
-            ));
+            )
+        };
+        // The deepest part that exists (a link counts, even a dangling
+        // one) must resolve inside the root before anything is made: a
+        // link must not get a folder made at its far end.
+        let mut existing = wanted.clone();
+        while std::fs::symlink_metadata(&existing).is_err() {
+            if !existing.pop() {
+                return Err(out());
+            }
+        }
+        let resolved = existing.canonicalize().map_err(|_| out())?;
+        if !resolved.starts_with(&self.root) {
+            return Err(out());
+        }
+        let root = made(&wanted, "the root")?;
+        if !root.starts_with(&self.root) {
+            return Err(out());
         }
         Ok(root)
     }
@@ -314,10 +328,10 @@ mod tests {
         let text = "listen: 127.0.0.1:0\nstate_dir: state\npipelines_dir: pipelines\n\
             operator_token_env: WEIR_TEST_OPERATOR\n\
             tenants:\n\
-            \x20 a:\n    token_env: WEIR_TEST_TOKEN_A\n    root: data/a\n\
+            \x20 a:\n    token_env: WEIR_TEST_TOKEN_A\n    root: data/a\n    env: [WEIR_TENANT_A_SECRET]\n\
             \x20   grants: { http: [\"https://*.a.example\"], tcp: [\"10.1.0.0/16:6379\"] }\n\
             \x20   sources: { postgres: [\"db.a.example:5432\"] }\n\
-            \x20 b:\n    token_env: WEIR_TEST_TOKEN_B\n    root: data/b\n";
+            \x20 b:\n    token_env: WEIR_TEST_TOKEN_B\n    root: data/b\n    env: [WEIR_TENANT_B_SECRET]\n";
         // SAFETY: set before any thread of this test reads the environment;
         // every test sets the same values.
         unsafe {
