@@ -18,6 +18,8 @@ use super::supervisor::State as PipelineState;
 
 /// The largest body taken: a plugin upload.
 const MAX_BODY: usize = 256 << 20;
+/// The largest pipeline file taken.
+const MAX_PIPELINE_FILE: usize = 1 << 20;
 
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
@@ -177,6 +179,13 @@ async fn apply(
     body: Bytes,
 ) -> Answer {
     let caller = caller(&server, &headers)?;
+    if body.len() > MAX_PIPELINE_FILE {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a pipeline file is at most {} KiB", MAX_PIPELINE_FILE >> 10),
+        )
+        .into());
+    }
     let text = String::from_utf8(body.to_vec())
         .map_err(|_| error(StatusCode::BAD_REQUEST, "the pipeline file is not UTF-8"))?;
     let changed = blocking(move || server.apply(&caller, &tenant, &pipeline, &text, Origin::Api))

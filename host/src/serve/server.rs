@@ -365,6 +365,12 @@ impl Server {
         sha256: String,
         outcome: &'static str,
     ) -> Result<Swapped, Refusal> {
+        let _one_at_a_time = slot.swapping.try_lock().map_err(|_| {
+            Refusal::Conflict(format!(
+                "a plugin swap of `{}` is already under way; try again when it is answered",
+                slot.id()
+            ))
+        })?;
         let config = slot.config();
         let Some(sink_config) = config.sinks.iter().find(|s| s.name == sink).cloned() else {
             return Err(Refusal::NotFound(format!(

@@ -92,6 +92,9 @@ pub struct Slot {
     pub metrics: PipelineMetrics,
     inner: Mutex<Inner>,
     changed: Condvar,
+    /// Held while a swap of one of its sinks is under way: one at a time,
+    /// so a flood of uploads cannot keep the host compiling.
+    pub swapping: Mutex<()>,
 }
 
 struct Inner {
@@ -152,6 +155,7 @@ impl Slot {
                 sink_errors: BTreeMap::new(),
             }),
             changed: Condvar::new(),
+            swapping: Mutex::new(()),
         })
     }
 
