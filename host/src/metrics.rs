@@ -328,6 +328,47 @@ impl PipelineMetrics {
         self.restarts.inc();
     }
 
+    /// Takes every series of the pipeline off the page (it was deleted):
+    /// those of its `sinks` and `tables` and its own.
+    pub fn forget(&self, sinks: &[String], tables: &[String]) {
+        let f = &self.families;
+        for table in tables {
+            let labels = self.table(table);
+            f.rows_in.remove(&labels);
+            f.commit_duration.remove(&labels);
+        }
+        for sink in sinks {
+            let labels = self.sink_labels(sink);
+            for table in tables {
+                let of = SinkTableLabels {
+                    of: labels.clone(),
+                    table: Text::new(table),
+                };
+                f.rows_out.remove(&of);
+                f.bytes_out.remove(&of);
+            }
+            for outcome in SWAP_OUTCOMES {
+                f.plugin_swaps.remove(&SwapLabels {
+                    of: labels.clone(),
+                    outcome: Text::new(outcome),
+                });
+            }
+            f.sink_retries.remove(&labels);
+            f.sink_traps.remove(&labels);
+            f.sink_deadline_hits.remove(&labels);
+            f.sink_memory_high_water.remove(&labels);
+        }
+        for state in STATES {
+            f.pipeline_state.remove(&StateLabels {
+                of: self.labels.clone(),
+                state: Text::new(state),
+            });
+        }
+        f.source_lag_bytes.remove(&self.labels);
+        f.source_lag_seconds.remove(&self.labels);
+        f.pipeline_restarts.remove(&self.labels);
+    }
+
     fn sink_labels(&self, sink: &str) -> SinkLabels {
         SinkLabels {
             of: self.labels.clone(),
@@ -623,5 +664,24 @@ mod tests {
                 .get(),
             3
         );
+    }
+
+    #[test]
+    fn a_forgotten_pipeline_leaves_the_page() {
+        let metrics = Metrics::new();
+        let gone = metrics.pipeline("t", "gone");
+        let kept = metrics.pipeline("t", "kept");
+        for p in [&gone, &kept] {
+            p.rows_in("orders", 3);
+            p.commit_seconds("orders", 0.01);
+            p.source_lag(Some(5), Some(0.5));
+            p.swap("lake", "swapped");
+            p.sink("lake").written("orders", 3, 100);
+            p.sink("lake").retry();
+        }
+        gone.forget(&["lake".to_string()], &["orders".to_string()]);
+        let page = metrics.render();
+        assert!(!page.contains("pipeline=\"gone\""), "{page}");
+        assert!(page.contains("pipeline=\"kept\""), "{page}");
     }
 }

@@ -287,6 +287,21 @@ impl Server {
         }
         self.pipelines()
             .remove(&(tenant.to_string(), name.to_string()));
+        let sinks: Vec<String> = slot.config().sinks.iter().map(|s| s.name.clone()).collect();
+        let tables: Vec<String> = slot
+            .live()
+            .map(|live| {
+                let mut tables: Vec<String> = live
+                    .sinks
+                    .values()
+                    .flat_map(|s| s.tables.keys().cloned())
+                    .collect();
+                tables.sort();
+                tables.dedup();
+                tables
+            })
+            .unwrap_or_default();
+        slot.metrics.forget(&sinks, &tables);
         if origin == Origin::Api {
             let file = slot.tenant.pipelines_dir.join(format!("{name}.yaml"));
             let _ = std::fs::remove_file(file);
