@@ -186,6 +186,21 @@ pub fn start_sinks(config: &PipelineConfig, factory: &SinkFactory) -> Result<Sin
     Ok(sinks)
 }
 
+/// An endpoint as compared: scheme, host and port (the scheme's default
+/// when left out), and its path without a trailing `/`, in lower case.
+fn normal_endpoint(endpoint: &str) -> String {
+    match url::Url::parse(endpoint.trim()) {
+        Ok(url) => format!(
+            "{}://{}:{}{}",
+            url.scheme(),
+            url.host_str().unwrap_or_default().to_ascii_lowercase(),
+            url.port_or_known_default().unwrap_or_default(),
+            url.path().trim_end_matches('/')
+        ),
+        Err(_) => endpoint.trim().trim_end_matches('/').to_ascii_lowercase(),
+    }
+}
+
 /// Where a sink's root lies, to tell whether two roots overlap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RootPlace {
@@ -216,13 +231,17 @@ impl RootPlace {
             // BlobScope::open refuses it with the parser's word.
             return RootPlace::Memory;
         };
-        let endpoints: Vec<&String> = sink
+        // One endpoint may be spelled several ways (`aws_endpoint`,
+        // `endpoint_url`, a trailing `/`, upper case): compared as parsed.
+        let mut endpoints: Vec<String> = sink
             .blob_store
             .options
             .iter()
-            .filter(|(key, _)| key.contains("endpoint"))
-            .map(|(_, value)| value)
+            .filter(|(key, _)| key.to_ascii_lowercase().contains("endpoint"))
+            .map(|(_, value)| normal_endpoint(value))
             .collect();
+        endpoints.sort();
+        endpoints.dedup();
         RootPlace::Remote {
             store: format!(
                 "{}://{}{:?}",

@@ -22,6 +22,7 @@ pub mod command;
 #[cfg(feature = "host")]
 pub mod expect;
 pub mod kill;
+pub mod moto;
 pub mod pipeline;
 #[cfg(feature = "host")]
 pub mod read;

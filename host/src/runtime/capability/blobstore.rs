@@ -210,7 +210,7 @@ impl BlobScope {
             let result = self.store.get_opts(&location, options).await?;
             Ok(Ok(result.bytes().await?.to_vec()))
         })
-        .map_err(|e| map_error(path, e))?
+        .map_err(|e| self.map_error(path, e))?
     }
 
     /// Writes an object atomically, replacing any object at `path`.
@@ -296,7 +296,7 @@ impl BlobScope {
                 .await?;
             Ok(())
         })
-        .map_err(|e| map_error(path, e))
+        .map_err(|e| self.map_error(path, e))
     }
 
     /// Every object whose path starts with `prefix`, in no order.
@@ -354,7 +354,7 @@ impl BlobScope {
                 }
                 Ok(Some(found))
             })
-            .map_err(|e| map_error(prefix, e))?;
+            .map_err(|e| self.map_error(prefix, e))?;
         listed.ok_or_else(too_many)
     }
 
@@ -372,7 +372,7 @@ impl BlobScope {
                 }
                 Ok(())
             }
-            Err(e) => Err(map_error(path, e)),
+            Err(e) => Err(self.map_error(path, e)),
         }
     }
 
@@ -413,7 +413,7 @@ impl BlobScope {
         match self.block(self.store.head(location)) {
             Ok(meta) => Ok(meta.size),
             Err(object_store::Error::NotFound { .. }) => Ok(0),
-            Err(e) => Err(map_error(path, e)),
+            Err(e) => Err(self.map_error(path, e)),
         }
     }
 
@@ -516,11 +516,19 @@ impl Capability for Blobstore {
     }
 }
 
-fn map_error(path: &str, error: object_store::Error) -> BlobError {
-    match error {
-        object_store::Error::NotFound { .. } => BlobError::NotFound(path.to_string()),
-        object_store::Error::AlreadyExists { .. } => BlobError::AlreadyExists(path.to_string()),
-        other => BlobError::Io(format!("{path}: {other}")),
+impl BlobScope {
+    /// A store's error as the sink sees it. An object store's I/O failure
+    /// names the root's URL as the operator wrote it (a local root's folder
+    /// is not told to the sink: it is the host's business).
+    fn map_error(&self, path: &str, error: object_store::Error) -> BlobError {
+        match error {
+            object_store::Error::NotFound { .. } => BlobError::NotFound(path.to_string()),
+            object_store::Error::AlreadyExists { .. } => BlobError::AlreadyExists(path.to_string()),
+            other if self.local_root.is_none() => {
+                BlobError::Io(format!("{} at `{path}`: {other}", self.description))
+            }
+            other => BlobError::Io(format!("{path}: {other}")),
+        }
     }
 }
 
