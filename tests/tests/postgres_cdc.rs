@@ -108,7 +108,7 @@ fn a_table_without_a_key_is_refused_unless_its_key_is_declared_or_it_is_append_o
     let pg = cluster();
     let db = "weir_nokey";
     let dsn = pg.fresh_db(db);
-    pg.sql(db, "CREATE TABLE events (id int NOT NULL, what text); INSERT INTO events VALUES (1, 'a'), (2, 'b');");
+    pg.sql(db, "CREATE TABLE events (id int NOT NULL, what text); CREATE UNIQUE INDEX ON events (id); INSERT INTO events VALUES (1, 'a'), (2, 'b');");
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("exact");
     let mut p = PgPipeline::new(&dsn, &["public.events"]);

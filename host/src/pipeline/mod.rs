@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::batch::{Batcher, Flush};
-use crate::commit::{ClaimRefused, Core, Resume, Stop};
+use crate::commit::{ClaimRefused, Core, Resume, SinkId, Stop};
 use crate::config::PipelineConfig;
 use crate::runtime::{TenantShare, WasmEngine};
 use crate::source::Source;
@@ -128,6 +128,7 @@ pub fn run(
     tracing::info!(pipeline = %config.pipeline, epoch, "starting");
 
     let resume = shell.recover(&mut core, &table_names)?;
+    let resume = leave_out_optional_sinks_behind(&mut core, &mut shell, source.as_mut(), resume)?;
     let resumed_after = match resume {
         Resume::FromStart => None,
         Resume::After(p) => Some(p),
@@ -149,6 +150,60 @@ pub fn run(
     run.until_done(&mut batcher, config)?;
     shell.report.checkpoint = core.checkpoint().map(ToString::to_string);
     Ok(shell.report)
+}
+
+/// An optional sink behind what the source still holds cannot catch up:
+/// it is disabled for the run (saying what it misses) and the run resumes
+/// for the others. A required sink behind it is left in: the source refuses
+/// to resume for it, and the run stops before anything is acknowledged.
+fn leave_out_optional_sinks_behind(
+    core: &mut Core,
+    shell: &mut Shell,
+    source: &mut dyn Source,
+    resume: Resume,
+) -> Result<Resume, RunError> {
+    let Resume::After(lowest) = &resume else {
+        return Ok(resume);
+    };
+    // A sink mid-backfill resumes its backfill; only a streaming position
+    // can be behind what the source released.
+    if lowest.as_stream().is_none() {
+        return Ok(resume);
+    }
+    let Some(first) = source.first_available()? else {
+        return Ok(resume);
+    };
+    if *lowest >= first {
+        return Ok(resume);
+    }
+    let mut left_out = Vec::new();
+    for sink in 0..core.sink_count() {
+        let spec = core.sink_spec(sink).clone();
+        if spec.required || core.is_disabled(sink).is_some() {
+            continue;
+        }
+        if let Some(at) = core.sink_lowest(sink)
+            && at.as_stream().is_some()
+            && at < first
+        {
+            let reason = format!(
+                "it stands at {at}, behind what the source still holds ({first}): the \
+                 changes in between are gone, so it cannot catch up; re-create its data \
+                 (empty its destination and its positions) to have it filled again"
+            );
+            tracing::error!(sink = %spec.name, "optional sink left out: {reason}");
+            core.disable(sink, reason.clone());
+            shell.report.disabled.insert(spec.name.clone(), reason);
+            left_out.push(sink);
+        }
+    }
+    if left_out.is_empty() {
+        return Ok(resume);
+    }
+    let disabled: Vec<SinkId> = (0..core.sink_count())
+        .filter(|&s| core.is_disabled(s).is_some())
+        .collect();
+    Ok(core.resume_without(&disabled))
 }
 
 /// The loop of one run: the source feeds the batcher, every flush goes

@@ -34,6 +34,14 @@ pub trait Source: Send {
         Ok(None)
     }
 
+    /// The lowest position a sink may stand at and still be given every
+    /// later change (`None`: any). A sink behind it cannot catch up: the
+    /// source has released what it needs (a Postgres slot's confirmed
+    /// position).
+    fn first_available(&mut self) -> Result<Option<Position>, SourceError> {
+        Ok(None)
+    }
+
     /// How many bytes of the source's log lie past what was acknowledged,
     /// where the source can say (for the lag metric; never for decisions).
     fn lag_bytes(&self) -> Option<u64> {

@@ -210,8 +210,16 @@ impl Core {
     /// The position every sink has committed for every table, or `FromStart`
     /// when some sink lacks some table entirely.
     pub fn resume(&self) -> Resume {
+        self.resume_without(&[])
+    }
+
+    /// Like [`Core::resume`], leaving out the sinks in `left_out`.
+    pub fn resume_without(&self, left_out: &[SinkId]) -> Resume {
         let mut lowest: Option<Position> = None;
-        for slot in &self.sinks {
+        for (sink, slot) in self.sinks.iter().enumerate() {
+            if left_out.contains(&sink) {
+                continue;
+            }
             match slot.lowest(&self.tables) {
                 None => return Resume::FromStart,
                 Some(p) => lowest = min_position(lowest, p),
@@ -221,6 +229,12 @@ impl Core {
             Some(p) => Resume::After(p),
             None => Resume::FromStart,
         }
+    }
+
+    /// The lowest position a sink has committed over every table; `None`
+    /// when it lacks one of them entirely.
+    pub fn sink_lowest(&self, sink: SinkId) -> Option<Position> {
+        self.sinks[sink].lowest(&self.tables)
     }
 
     /// A sink's committed position for a table and where it came from.

@@ -520,8 +520,10 @@ fn replayed_batches_are_dropped_for_sinks_that_have_them() {
 
 #[test]
 fn a_run_takes_an_epoch_above_any_a_sink_has_seen() {
-    let mut world = World::default();
-    world.epoch = 3;
+    let mut world = World {
+        epoch: 3,
+        ..Default::default()
+    };
     world
         .positioned
         .insert("a", (Vec::new(), Some((Position::stream(1, 0), 9))));

@@ -23,6 +23,9 @@ pub(super) struct Backfill {
     snapshot: Option<String>,
     /// Whether the query session is inside the transaction that imported it.
     in_snapshot_tx: bool,
+    /// The query connection that imported the snapshot: a read on any other
+    /// would not see the database as of the slot's start.
+    snapshot_connection: Option<u64>,
     /// Shows on a terminal only.
     show_progress: bool,
     bar: Option<indicatif::ProgressBar>,
@@ -46,6 +49,7 @@ impl Backfill {
             after_key,
             snapshot,
             in_snapshot_tx: false,
+            snapshot_connection: None,
             show_progress: std::io::stderr().is_terminal(),
             bar: None,
         }
@@ -65,6 +69,7 @@ impl Backfill {
             let sql = chunk_sql(table, self.after_key.as_deref(), limit);
             let data = cx.session.copy_out("reading a backfill chunk", &sql)?;
             let table = &cx.tables[t];
+            self.check_still_in_snapshot(cx, table)?;
             let (changes, last_key) = chunk_changes(table, &data, now_micros())?;
             if last_key.is_some() {
                 self.after_key = last_key;
@@ -97,8 +102,28 @@ impl Backfill {
         );
         cx.session.execute("importing the slot's snapshot", &sql)?;
         self.in_snapshot_tx = true;
+        self.snapshot_connection = Some(cx.session.connection_number());
         tracing::info!(snapshot = %name, "backfill reads the slot's exported snapshot");
         Ok(())
+    }
+
+    /// A lost connection ends the transaction that held the snapshot, and
+    /// the session reconnects on its own: rows read since come from the
+    /// current data, not from the slot's start, so the run stops rather than
+    /// mix the two. The next run resumes after the last committed chunk.
+    fn check_still_in_snapshot(&self, cx: &Context, table: &Table) -> Result<(), SourceError> {
+        match self.snapshot_connection {
+            Some(n) if n != cx.session.connection_number() => {
+                Err(SourceError::Unavailable(format!(
+                    "the backfill of table {} lost the connection that held the slot's exported \
+                     snapshot, so what it reads now would not be the database as of the slot's \
+                     start; stopping rather than go on outside the snapshot. Run again: the \
+                     backfill resumes after its last committed chunk",
+                    table.schema.name
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn show(&mut self, table: &Table) {
@@ -177,8 +202,19 @@ fn chunk_changes(
     let width = table.info.columns.len();
     let mut changes = Vec::new();
     let mut last_key = None;
-    for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+    let expected = width + orders.len();
+    let lines = data.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    for (number, line) in (1..).zip(lines) {
         let fields = copy_fields(line).map_err(SourceError::Invalid)?;
+        if fields.len() != expected {
+            return Err(SourceError::Invalid(format!(
+                "table {}: line {number} of a backfill chunk has {} fields where the query \
+                 selects {expected}: {:?}",
+                table.info.qualified(),
+                fields.len(),
+                String::from_utf8_lossy(line)
+            )));
+        }
         let values = table
             .info
             .columns
@@ -195,9 +231,7 @@ fn chunk_changes(
                 }),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let key_text: Vec<String> = fields
-            .get(width..)
-            .unwrap_or_default()
+        let key_text: Vec<String> = fields[width..]
             .iter()
             .map(|f| f.clone().unwrap_or_default())
             .collect();
@@ -290,5 +324,17 @@ mod tests {
             err.to_string().contains("table public.docs column id"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_short_copy_line_is_an_error_naming_the_table_and_the_line() {
+        let err = chunk_changes(&docs(), b"1\ta\t1\n2\tb\n", 5).unwrap_err();
+        let said = err.to_string();
+        assert!(
+            said.contains("public.docs") && said.contains("line 2") && said.contains("2\\tb"),
+            "{said}"
+        );
+        let err = chunk_changes(&docs(), b"3\n", 5).unwrap_err();
+        assert!(err.to_string().contains("public.docs"), "{err}");
     }
 }

@@ -26,6 +26,14 @@ pub struct PgTableInfo {
     pub key: Vec<usize>,
     /// `pg_class.reltuples`, for progress (negative: never analyzed).
     pub estimated_rows: f64,
+    /// `pg_class.relreplident`: `d` (default: the primary key), `n`
+    /// (nothing), `i` (an index), `f` (full, every column).
+    pub replica_identity: u8,
+    /// The columns the replica identity covers (every one with `f`).
+    pub identity_columns: Vec<usize>,
+    /// The column sets of the table's valid unique indexes without
+    /// expressions or predicates (the primary key among them).
+    pub unique_indexes: Vec<Vec<usize>>,
 }
 
 impl PgTableInfo {
@@ -137,7 +145,7 @@ pub async fn load_table(
 ) -> Result<Option<PgTableInfo>, tokio_postgres::Error> {
     let (schema, name) = split_name(qualified);
     let sql = format!(
-        "SELECT c.oid, c.reltuples FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+        "SELECT c.oid, c.reltuples, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = {} AND c.relname = {}",
         literal(&schema),
         literal(&name)
@@ -148,6 +156,10 @@ pub async fn load_table(
     };
     let oid: u32 = row[0].as_deref().unwrap_or("0").parse().unwrap_or(0);
     let estimated_rows: f64 = row[1].as_deref().unwrap_or("-1").parse().unwrap_or(-1.0);
+    let replica_identity = row[2]
+        .as_deref()
+        .and_then(|r| r.bytes().next())
+        .unwrap_or(b'd');
     // Domains resolve to their base type; arrays name their element type.
     let sql = format!(
         "SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, \
@@ -203,10 +215,37 @@ pub async fn load_table(
         .into_iter()
         .filter_map(|r| r[0].as_deref().and_then(|n| n.parse().ok()))
         .collect();
-    let key = attnums
-        .iter()
-        .filter_map(|n| live.iter().position(|l| l == n))
-        .collect();
+    let column_of = |attnum: &usize| live.iter().position(|l| l == attnum);
+    let key = attnums.iter().filter_map(column_of).collect();
+    let sql = format!(
+        "SELECT i.indkey::text, i.indisprimary, i.indisreplident FROM pg_index i \
+         WHERE i.indrelid = {oid} AND i.indisunique AND i.indisvalid \
+         AND i.indexprs IS NULL AND i.indpred IS NULL"
+    );
+    let mut unique_indexes = Vec::new();
+    let mut identity_columns = Vec::new();
+    for r in rows(client, &sql).await? {
+        let columns: Vec<usize> = r[0]
+            .as_deref()
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|n| n.parse::<usize>().ok())
+            .filter_map(|n| column_of(&n))
+            .collect();
+        let flag = |i: usize| r[i].as_deref() == Some("t");
+        let is_identity = match replica_identity {
+            b'd' => flag(1),
+            b'i' => flag(2),
+            _ => false,
+        };
+        if is_identity {
+            identity_columns = columns.clone();
+        }
+        unique_indexes.push(columns);
+    }
+    if replica_identity == b'f' {
+        identity_columns = (0..columns.len()).collect();
+    }
     Ok(Some(PgTableInfo {
         oid,
         schema,
@@ -214,6 +253,9 @@ pub async fn load_table(
         columns,
         key,
         estimated_rows,
+        replica_identity,
+        identity_columns,
+        unique_indexes,
     }))
 }
 

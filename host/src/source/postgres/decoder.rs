@@ -13,7 +13,7 @@ use super::Emitted;
 use super::catalog::format_lsn;
 use super::decode::decode;
 use super::pgoutput::{self, Datum, Message, Relation, RelationColumn};
-use super::table::{Tables, ddl_error};
+use super::table::{Table, Tables, ddl_error, identity_error};
 use crate::change::{Change, Op, Transaction, Value};
 use crate::position::Position;
 use crate::source::SourceError;
@@ -127,8 +127,8 @@ impl Decoder {
                 Ok(Some(pending))
             }
             Message::Insert { oid, new } => {
-                let (table, values, unchanged) = self.row(oid, &new, None, tables)?;
-                self.push(table, Op::Insert, values, unchanged, &new, tables)?;
+                let (_, values, unchanged) = self.row(oid, &new, None, tables)?;
+                self.push(oid, Op::Insert, values, unchanged, &new, tables)?;
                 Ok(None)
             }
             Message::Update { oid, old, new } => {
@@ -142,7 +142,7 @@ impl Decoder {
                 } else {
                     key_only(&values, &tables[table].info.key)
                 };
-                self.push(table, Op::Delete, gone, Vec::new(), &old.1, tables)?;
+                self.push(oid, Op::Delete, gone, Vec::new(), &old.1, tables)?;
                 Ok(None)
             }
             Message::Truncate { oids } => Err(self.truncate_error(&oids, tables)),
@@ -187,10 +187,10 @@ impl Decoder {
             if !tables[table].append && key.iter().any(|&k| old_values[k] != values[k]) {
                 // A changed key: the row leaves its old key.
                 let gone = key_only(&old_values, key);
-                self.push(table, Op::Delete, gone, Vec::new(), old_tuple, tables)?;
+                self.push(oid, Op::Delete, gone, Vec::new(), old_tuple, tables)?;
             }
         }
-        self.push(table, Op::Update, values, unchanged, &new, tables)
+        self.push(oid, Op::Update, values, unchanged, &new, tables)
     }
 
     /// Maps a Relation message's columns onto the table's, carrying added
@@ -208,6 +208,7 @@ impl Decoder {
                 self.publication
             )));
         };
+        check_identity_covers_key(rel, &tables[index])?;
         let known = &tables[index].info.columns;
         let mut columns = Vec::with_capacity(rel.columns.len());
         let mut added = Vec::new();
@@ -307,16 +308,23 @@ impl Decoder {
         Ok((mapping.table, values, unchanged))
     }
 
+    /// Queues a change of relation `oid`: the message's own, whose mapping
+    /// the tuple follows (the catalog's OID may be another table's by now).
     fn push(
         &mut self,
-        table: usize,
+        oid: u32,
         op: Op,
         values: Vec<Value>,
         unchanged: Vec<usize>,
         tuple: &[Datum],
         tables: &Tables,
     ) -> Result<(), SourceError> {
-        let mapping = &self.relations[&tables[table].info.oid];
+        let mapping = self.relations.get(&oid).ok_or_else(|| {
+            SourceError::Invalid(format!(
+                "a change to relation {oid} arrived before its description"
+            ))
+        })?;
+        let table = mapping.table;
         let key_text = tables[table]
             .info
             .key
@@ -365,6 +373,31 @@ impl Decoder {
             format_lsn(self.open.as_ref().map_or(0, |o| o.commit_lsn))
         ))
     }
+}
+
+/// The old row pgoutput sends for an update or delete holds only the
+/// replica identity's columns (all of them with FULL): the key must be among
+/// them. Checked on every Relation message, since the replica identity can
+/// change while weir runs.
+fn check_identity_covers_key(rel: &Relation, table: &Table) -> Result<(), SourceError> {
+    if table.append || rel.replica_identity == b'f' {
+        return Ok(());
+    }
+    let missing: Vec<&str> = table
+        .info
+        .key
+        .iter()
+        .map(|&k| table.info.columns[k].name.as_str())
+        .filter(|name| !rel.columns.iter().any(|c| c.key && c.name == *name))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(SourceError::Invalid(identity_error(
+        &rel.qualified(),
+        &missing,
+        rel.replica_identity,
+    )))
 }
 
 /// A row reduced to its key (what a delete needs), the rest null.

@@ -47,8 +47,11 @@ pub(in crate::source::postgres) fn table_of(
         schema: schema.to_string(),
         name: name.to_string(),
         columns,
+        identity_columns: key.clone(),
+        unique_indexes: vec![key.clone()],
         key,
         estimated_rows: -1.0,
+        replica_identity: b'd',
     };
     Table::new(info, None, append).unwrap()
 }
@@ -79,17 +82,30 @@ fn cstr(out: &mut Vec<u8>, s: &str) {
     out.push(0);
 }
 
-/// A Relation message describing `columns` as `(name, type oid, typmod)`.
+/// A Relation message describing `columns` as `(name, type oid, typmod)`,
+/// with the default replica identity: the column `id`, the test tables' key.
 fn relation(oid: u32, qualified: &str, columns: &[(&str, u32, i32)]) -> Vec<u8> {
+    relation_with_identity(oid, qualified, columns, b'd', &["id"])
+}
+
+/// A Relation message whose replica identity is `identity` (`d`, `n`, `f`,
+/// `i`), with the key flag on the columns named in `identity_columns`.
+fn relation_with_identity(
+    oid: u32,
+    qualified: &str,
+    columns: &[(&str, u32, i32)],
+    identity: u8,
+    identity_columns: &[&str],
+) -> Vec<u8> {
     let (schema, name) = qualified.split_once('.').unwrap();
     let mut out = vec![b'R'];
     out.extend_from_slice(&oid.to_be_bytes());
     cstr(&mut out, schema);
     cstr(&mut out, name);
-    out.push(b'd');
+    out.push(identity);
     out.extend_from_slice(&(columns.len() as i16).to_be_bytes());
     for (name, type_oid, typmod) in columns {
-        out.push(0);
+        out.push(u8::from(identity_columns.contains(name)));
         cstr(&mut out, name);
         out.extend_from_slice(&type_oid.to_be_bytes());
         out.extend_from_slice(&typmod.to_be_bytes());
@@ -105,7 +121,13 @@ fn relation_of(table: &Table) -> Vec<u8> {
         .iter()
         .map(|c| (c.name.as_str(), c.type_oid, c.typmod))
         .collect();
-    relation(table.info.oid, &table.schema.name, &columns)
+    let key: Vec<&str> = table
+        .info
+        .key
+        .iter()
+        .map(|&k| table.info.columns[k].name.as_str())
+        .collect();
+    relation_with_identity(table.info.oid, &table.schema.name, &columns, b'd', &key)
 }
 
 /// A tuple: Some(text) is a value, None a null, [`UNCHANGED`] an unchanged TOAST value.
@@ -577,4 +599,56 @@ fn sealing_skips_what_was_emitted_and_stands_after_an_empty_transaction() {
         .unwrap();
     assert!(tx.changes.is_empty());
     assert_eq!(tx.end, Position::stream(30, u32::MAX));
+}
+
+#[test]
+fn a_change_is_read_through_the_mapping_of_its_own_relation_oid() {
+    // The relation known only under the OID the message names, not under
+    // the catalog's (as when the table was re-created since the catalog
+    // was read): the change must be read through the message's mapping.
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    let message_oid = DOCS_OID + 1;
+    decoder.relations.insert(
+        message_oid,
+        Mapping {
+            table: 0,
+            columns: vec![0, 1, 2],
+        },
+    );
+    decoder.begin(7, 0);
+    decoder
+        .decode(&insert(message_oid, &[Some("5"), Some("t"), None]), &tables)
+        .unwrap();
+    let open = decoder.commit().unwrap();
+    assert_eq!(open.changes[0].key_text, vec!["5".to_string()]);
+}
+
+#[test]
+fn a_relation_whose_replica_identity_misses_the_key_is_refused() {
+    let tables = docs();
+    let columns = [("id", 20, -1), ("title", 25, -1), ("body", 25, -1)];
+    let decode = |identity: u8, flagged: &[&str]| {
+        let mut decoder = Decoder::new("weir_cdc");
+        decoder
+            .decode(
+                &relation_with_identity(DOCS_OID, "public.docs", &columns, identity, flagged),
+                &tables,
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    // The identity is another column: an update of `id` would keep the old row.
+    let other = decode(b'i', &["title"]).unwrap_err();
+    assert!(
+        other.contains("public.docs")
+            && other.contains("`id`")
+            && other.contains("replica identity"),
+        "{other}"
+    );
+    let nothing = decode(b'n', &[]).unwrap_err();
+    assert!(nothing.contains("REPLICA IDENTITY NOTHING"), "{nothing}");
+    assert_eq!(decode(b'd', &["id"]), Ok(()));
+    assert_eq!(decode(b'i', &["id", "title"]), Ok(()));
+    assert_eq!(decode(b'f', &[]), Ok(()));
 }

@@ -143,6 +143,15 @@ impl Source for PostgresSource {
     fn lag_bytes(&self) -> Option<u64> {
         self.stream.lag_bytes()
     }
+
+    /// Everything committed before the slot's confirmed position is gone
+    /// from the server: a sink must stand at least just before it.
+    fn first_available(&mut self) -> Result<Option<Position>, SourceError> {
+        let acked = setup::confirmed_flush(&mut self.cx)?;
+        Ok(acked
+            .filter(|&lsn| lsn > 0)
+            .map(|lsn| Position::stream(lsn - 1, u32::MAX)))
+    }
 }
 
 impl Drop for PostgresSource {

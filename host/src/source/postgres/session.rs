@@ -28,6 +28,9 @@ pub(super) struct Session {
     rt: tokio::runtime::Handle,
     dsn: tokio_postgres::Config,
     client: Option<Client>,
+    /// How many connections were opened: a change tells that session state
+    /// (an open transaction, an imported snapshot) was lost in between.
+    connections: u64,
     reconnect_timeout: Duration,
 }
 
@@ -46,12 +49,19 @@ impl Session {
             rt,
             dsn,
             client: None,
+            connections: 0,
             reconnect_timeout,
         })
     }
 
     pub fn dsn(&self) -> &tokio_postgres::Config {
         &self.dsn
+    }
+
+    /// The number of the connection in use (0 before the first): a query
+    /// that runs on another number than an earlier one ran on another session.
+    pub fn connection_number(&self) -> u64 {
+        self.connections
     }
 
     /// Runs a future of the replication client on the source's runtime.
@@ -135,6 +145,7 @@ impl Session {
                 })
                 .map_err(|e| unavailable("cannot connect to Postgres", e))?;
             self.client = Some(client);
+            self.connections += 1;
         }
         Ok(())
     }

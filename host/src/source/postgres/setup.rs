@@ -255,6 +255,12 @@ pub(super) struct Start {
     pub backfill: Option<Backfill>,
 }
 
+/// The slot's confirmed position, if the slot exists.
+pub(super) fn confirmed_flush(cx: &mut Context) -> Result<Option<u64>, SourceError> {
+    let (slot, _) = slot_and_publication(&mut cx.session, &cx.config)?;
+    Ok(slot.and_then(|info| info.confirmed_flush))
+}
+
 /// Creates what is missing on a first run (the publication, the slot) and
 /// decides where the run starts: a backfill from the start, a backfill
 /// resumed after a committed row, or the stream.
@@ -301,7 +307,7 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
             let (t, key) = backfill_resume_point(&cx.tables, p)?;
             start.backfill = Some(Backfill::new(cx.tables.len(), Some((t, key)), None));
         }
-        Some(p) => warn_if_behind_the_slot(p, start.acked)?,
+        Some(p) => check_not_behind_the_slot(p, start.acked, &cx.config.slot)?,
     }
     Ok(start)
 }
@@ -406,9 +412,11 @@ fn backfill_resume_point(
     Ok((t, key))
 }
 
-/// A stream position older than the slot means some sink misses what lies
-/// in between; anything else is not one of ours.
-fn warn_if_behind_the_slot(p: &Position, acked: u64) -> Result<(), SourceError> {
+/// A stream position older than the slot's confirmed position means a
+/// sink needs changes the server has already released: going on would lose
+/// them without a word, so the run stops there, before anything is
+/// acknowledged. Anything else is not a position of ours.
+fn check_not_behind_the_slot(p: &Position, acked: u64, slot: &str) -> Result<(), SourceError> {
     let Some((lsn, ordinal)) = p.as_stream() else {
         return Err(SourceError::Resume {
             position: p.clone(),
@@ -418,13 +426,56 @@ fn warn_if_behind_the_slot(p: &Position, acked: u64) -> Result<(), SourceError> 
     // The first commit LSN the sinks at `p` still need.
     let needed = if ordinal == u32::MAX { lsn + 1 } else { lsn };
     if needed < acked {
-        tracing::warn!(
-            resume = %format_lsn(lsn),
-            confirmed_flush = %format_lsn(acked),
-            "some sink is behind what the slot still holds (an optional sink that \
-             was behind while the required ones were acknowledged): it misses the \
-             changes in between"
-        );
+        let (resume, confirmed) = (format_lsn(lsn), format_lsn(acked));
+        return Err(SourceError::Resume {
+            position: p.clone(),
+            reason: format!(
+                "a sink stands at LSN {resume}, behind replication slot `{slot}` \
+                 (confirmed_flush_lsn {confirmed}): the changes committed between {resume} and \
+                 {confirmed} are no longer on the server, so that sink would miss them. This \
+                 happens when a sink's data was restored from an older backup, or an optional \
+                 sink fell behind while the required ones were acknowledged. Nothing was \
+                 acknowledged. To repair it, restore a backup of that sink taken at or after \
+                 {confirmed}, or re-create its data: empty its destination, drop the slot (or \
+                 name a new one) and delete the pipeline's state directory, so that the next \
+                 run backfills every table again from a new slot"
+            ),
+        });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_position_behind_the_slot_is_an_error_naming_both_positions() {
+        let resume = Position::stream(0x1_0000_0100, 2);
+        let err = check_not_behind_the_slot(&resume, 0x1_0000_0200, "weir").unwrap_err();
+        let said = err.to_string();
+        assert!(
+            said.contains("1/100")
+                && said.contains("confirmed_flush_lsn 1/200")
+                && said.contains("no longer on the server"),
+            "{said}"
+        );
+        // At or after the slot: nothing is missing.
+        assert!(
+            check_not_behind_the_slot(&Position::stream(0x1_0000_0200, 0), 0x1_0000_0200, "weir")
+                .is_ok()
+        );
+        assert!(
+            check_not_behind_the_slot(
+                &Position::stream(0x1_0000_01ff, u32::MAX),
+                0x1_0000_0200,
+                "weir"
+            )
+            .is_ok()
+        );
+        assert!(
+            check_not_behind_the_slot(&Position::stream(0x1_0000_0300, 0), 0x1_0000_0200, "weir")
+                .is_ok()
+        );
+    }
 }

@@ -42,6 +42,7 @@ impl Table {
                         })
                 })
                 .collect::<Result<_, _>>()?;
+            check_declared_key(&info, append)?;
         }
         if info.key.is_empty() && !append {
             return Err(SourceError::Config(format!(
@@ -95,6 +96,66 @@ impl Table {
             .map(|c| (c.name.clone(), c.type_oid, c.typmod))
             .collect()
     }
+}
+
+/// A declared key must identify one row (NOT NULL, and a unique index on
+/// exactly its columns: the backfill pages by it and the sinks upsert by
+/// it) and, unless the table is append-only, be in the replica identity
+/// (so that updates and deletes carry it). Every gap is named at once.
+fn check_declared_key(info: &PgTableInfo, append: bool) -> Result<(), SourceError> {
+    let name = info.qualified();
+    let key_names: Vec<&str> = info
+        .key
+        .iter()
+        .map(|&k| info.columns[k].name.as_str())
+        .collect();
+    let mut gaps = Vec::new();
+    if !append && info.replica_identity != b'f' {
+        let missing: Vec<&str> = info
+            .key
+            .iter()
+            .filter(|k| !info.identity_columns.contains(k))
+            .map(|&k| info.columns[k].name.as_str())
+            .collect();
+        if !missing.is_empty() {
+            gaps.push(identity_error(&name, &missing, info.replica_identity));
+        }
+    }
+    let nullable: Vec<&str> = info
+        .key
+        .iter()
+        .filter(|&&k| !info.columns[k].not_null)
+        .map(|&k| info.columns[k].name.as_str())
+        .collect();
+    if !nullable.is_empty() {
+        gaps.push(format!(
+            "key column(s) {} may be null: declare them NOT NULL",
+            quoted(&nullable)
+        ));
+    }
+    let mut wanted = info.key.clone();
+    wanted.sort_unstable();
+    let unique = info.unique_indexes.iter().any(|index| {
+        let mut columns = index.clone();
+        columns.sort_unstable();
+        columns == wanted
+    });
+    if !unique {
+        gaps.push(format!(
+            "no unique index on exactly ({}), so two rows may share a key: \
+             CREATE UNIQUE INDEX ON {name} ({})",
+            key_names.join(", "),
+            key_names.join(", ")
+        ));
+    }
+    if gaps.is_empty() {
+        return Ok(());
+    }
+    Err(SourceError::Config(format!(
+        "source.postgres.keys.{name} = [{}] cannot serve as the key: {}",
+        key_names.join(", "),
+        gaps.join("; ")
+    )))
 }
 
 fn column_of(c: &PgColumn) -> Column {
@@ -167,6 +228,34 @@ pub(super) fn added_column(rc: &RelationColumn, kind: PgKind, sql_type: String) 
     }
 }
 
+/// Why a key the replica identity (`relreplident`: `d`, `n`, `i`, `f`) does
+/// not cover cannot be streamed, and what to do about it.
+pub(super) fn identity_error(table: &str, missing: &[&str], identity: u8) -> String {
+    let identity = match identity {
+        b'd' => "DEFAULT, the primary key",
+        b'n' => "REPLICA IDENTITY NOTHING",
+        b'i' => "USING INDEX",
+        b'f' => "FULL",
+        _ => "of an unknown kind",
+    };
+    format!(
+        "table {table}: key column(s) {} not in its replica identity ({identity}): Postgres \
+         would send an update of the key without the old key, leaving the old row in the \
+         sinks, and a delete without the key. Make the replica identity cover the key \
+         (ALTER TABLE {table} REPLICA IDENTITY FULL, or REPLICA IDENTITY USING INDEX on a \
+         unique index of exactly the key) and run again",
+        quoted(missing)
+    )
+}
+
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A change of a replicated table's shape that weir does not carry.
 pub(super) fn ddl_error(table: &str, what: &str) -> SourceError {
     SourceError::Invalid(format!(
@@ -174,4 +263,81 @@ pub(super) fn ddl_error(table: &str, what: &str) -> SourceError {
          replicated table stops the pipeline rather than write wrong data. Bring the destination \
          in line by hand (or backfill into a new pipeline) and run again"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::postgres::decode::PgKind;
+
+    /// `public.orders (id bigint PRIMARY KEY, order_no bigint, note text)`
+    /// with the default replica identity, no other index, and `order_no`
+    /// declared as the key.
+    fn orders() -> PgTableInfo {
+        let column = |name: &str, not_null: bool| PgColumn {
+            name: name.into(),
+            type_oid: 20,
+            typmod: -1,
+            kind: PgKind::Int64,
+            sql_type: "bigint".into(),
+            not_null,
+        };
+        PgTableInfo {
+            oid: 1,
+            schema: "public".into(),
+            name: "orders".into(),
+            columns: vec![
+                column("id", true),
+                column("order_no", false),
+                column("note", false),
+            ],
+            key: vec![0],
+            estimated_rows: -1.0,
+            replica_identity: b'd',
+            identity_columns: vec![0],
+            unique_indexes: vec![vec![0]],
+        }
+    }
+
+    /// The key the table ends up with, or why the declared one is refused.
+    fn declare(info: PgTableInfo, append: bool) -> Result<Vec<usize>, String> {
+        Table::new(info, Some(&["order_no".to_string()]), append)
+            .map(|t| t.info.key)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_declared_key_names_every_gap_at_once() {
+        let said = declare(orders(), false).unwrap_err();
+        for part in [
+            "source.postgres.keys.public.orders",
+            "`order_no` not in its replica identity (DEFAULT, the primary key)",
+            "NOT NULL",
+            "no unique index on exactly (order_no)",
+        ] {
+            assert!(said.contains(part), "missing {part:?} in: {said}");
+        }
+    }
+
+    #[test]
+    fn a_declared_key_in_the_identity_not_null_and_unique_is_taken() {
+        let mut info = orders();
+        info.columns[1].not_null = true;
+        info.unique_indexes.push(vec![1]);
+        // The identity: FULL, or the index on the key.
+        info.replica_identity = b'f';
+        assert_eq!(declare(info.clone(), false), Ok(vec![1]));
+        info.replica_identity = b'i';
+        info.identity_columns = vec![1];
+        assert!(declare(info.clone(), false).is_ok());
+        // Append-only tables carry whole rows: the identity does not matter.
+        info.identity_columns = vec![0];
+        assert!(declare(info.clone(), true).is_ok());
+        let refused = declare(info.clone(), false).unwrap_err();
+        assert!(refused.contains("(USING INDEX)"), "{refused}");
+        // A unique index on more columns than the key does not make it unique.
+        info.unique_indexes = vec![vec![0], vec![1, 2]];
+        let refused = declare(info, true).unwrap_err();
+        assert!(refused.contains("no unique index"), "{refused}");
+    }
 }
