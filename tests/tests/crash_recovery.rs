@@ -9,24 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Lag (in source transactions) summed over the exact sink's tables, or
-/// None when it has committed nothing at all yet.
+/// Lag summed over the exact sink's tables, and whether it has committed.
 fn exact_progress(pipeline: &std::path::Path) -> (u64, bool) {
-    let status = status(pipeline);
-    let sink = status["sinks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["sink"] == "exact")
-        .unwrap()
-        .clone();
-    let mut lag = 0;
-    let mut any = false;
-    for table in sink["tables"].as_array().unwrap() {
-        lag += table["lag_transactions"].as_u64().unwrap_or(0);
-        any |= !table["position"].is_null();
-    }
-    (lag, any)
+    sink_progress(pipeline, "exact")
 }
 
 #[test]

@@ -147,24 +147,9 @@ fn both_sinks_on_s3_hold_the_generator_exactly_and_a_second_run_adds_nothing() {
     }
 }
 
-/// Lag (in source transactions) summed over the exact sink's tables, and
-/// whether it has committed anything yet.
-fn exact_progress(pipeline: &Path) -> (u64, bool) {
-    let status = status(pipeline);
-    let sink = status["sinks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["sink"] == "exact")
-        .unwrap()
-        .clone();
-    let mut lag = 0;
-    let mut any = false;
-    for table in sink["tables"].as_array().unwrap() {
-        lag += table["lag_transactions"].as_u64().unwrap_or(0);
-        any |= !table["position"].is_null();
-    }
-    (lag, any)
+/// Lag summed over the exact sink's tables, and whether it has committed.
+fn exact_progress(pipeline: &std::path::Path) -> (u64, bool) {
+    sink_progress(pipeline, "exact")
 }
 
 #[test]

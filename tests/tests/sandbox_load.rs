@@ -14,52 +14,10 @@ use wasm_encoder::{
     CodeSection, Component, Function, FunctionSection, Instruction, Module, ModuleSection,
     TypeSection, ValType,
 };
-use wasmparser::{Parser, Payload};
+use weir_test_support::with_extra_memories;
 
 const SEED: u64 = 9;
 const CHANGES: u64 = 300;
-
-/// How many core modules `component` holds at its top level.
-fn top_level_modules(component: &[u8]) -> u32 {
-    let mut depth = 0u32;
-    let mut modules = 0;
-    for payload in Parser::new(0).parse_all(component) {
-        match payload.expect("the fixture is a valid component") {
-            Payload::ModuleSection { .. } => {
-                if depth == 0 {
-                    modules += 1;
-                }
-                depth += 1;
-            }
-            Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    modules
-}
-
-/// `component` with `count` more core modules, each declaring one linear
-/// memory of `mib` MiB and instantiated with the component: the memory is
-/// held from instantiation on, though the sink never touches it.
-fn with_extra_memories(component: &[u8], count: u32, mib: u32) -> Vec<u8> {
-    let first = top_level_modules(component);
-    let pages = mib * 16;
-    let mut text = String::from("(component\n");
-    for _ in 0..count {
-        text += &format!("  (core module (memory {pages}))\n");
-    }
-    for i in 0..count {
-        text += &format!("  (core instance (instantiate {}))\n", first + i);
-    }
-    text += ")";
-    let extra = wat::parse_str(&text).expect("the extra sections parse");
-    // Sections follow an 8-byte preamble; the component's own sections stay
-    // first, so its indices are untouched and the new modules come after.
-    let mut out = component.to_vec();
-    out.extend_from_slice(&extra[8..]);
-    out
-}
 
 fn write_plugin(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);

@@ -15,7 +15,7 @@ pub mod tenant;
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,8 +41,8 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the I/O runtime: {e}"))?;
-    let state_dir = made(&host.resolve(&host.state_dir))?;
-    let pipelines_dir = made(&host.resolve(&host.pipelines_dir))?;
+    let state_dir = tenant::made(&host.resolve(&host.state_dir), "state_dir")?;
+    let pipelines_dir = tenant::made(&host.resolve(&host.pipelines_dir), "pipelines_dir")?;
     let mut tenants = BTreeMap::new();
     for name in host.tenants.keys() {
         tenants.insert(name.clone(), Arc::new(Tenant::open(&host, name)?));
@@ -130,12 +130,6 @@ async fn exit_on_second_signal() {
         eprintln!("weir: {name} again: exiting at once");
         std::process::exit(code);
     }
-}
-
-fn made(path: &Path) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(path)
-        .and_then(|()| path.canonicalize())
-        .map_err(|e| format!("cannot make {}: {e}", path.display()))
 }
 
 /// No tenant root may overlap another's, the host's state folder or the

@@ -51,7 +51,8 @@ impl Tenant {
         let grants = config.grants.parse().map_err(|e| format!("{field}.{e}"))?;
         let postgres = Grants::parse(Vec::<String>::new(), &config.sources.postgres)
             .map_err(|e| format!("{field}.sources.postgres: {e}"))?;
-        let stored_now = stored_bytes(&root);
+        let stored_now = crate::runtime::capability::blob_walk::stored_bytes(&root)
+            .map_err(|e| format!("{field}.root: cannot measure {}: {e}", root.display()))?;
         let share = Arc::new(TenantShare::new(
             name,
             config.max_stored_mb.saturating_mul(1 << 20),
@@ -290,33 +291,11 @@ pub fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Makes a folder and resolves its links.
-fn made(path: &Path, what: &str) -> Result<PathBuf, String> {
+/// Makes a folder and resolves its links; `what` names it in the error.
+pub(super) fn made(path: &Path, what: &str) -> Result<PathBuf, String> {
     std::fs::create_dir_all(path)
         .and_then(|()| path.canonicalize())
         .map_err(|e| format!("{what}: cannot make {}: {e}", path.display()))
-}
-
-/// What a folder holds, in bytes (files only; links are not followed).
-fn stored_bytes(root: &Path) -> u64 {
-    let mut total = 0;
-    let mut folders = vec![root.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            if kind.is_dir() {
-                folders.push(entry.path());
-            } else if kind.is_file() {
-                total += entry.metadata().map_or(0, |m| m.len());
-            }
-        }
-    }
-    total
 }
 
 #[cfg(test)]

@@ -95,3 +95,23 @@ pub fn positions_of(status: &serde_json::Value, sink: &str) -> BTreeMap<String, 
         })
         .collect()
 }
+
+/// Lag (in source transactions) summed over `sink`'s tables, as `weir
+/// status` reports it, and whether the sink has committed anything yet.
+pub fn sink_progress(pipeline: &Path, sink: &str) -> (u64, bool) {
+    let status = status(pipeline);
+    let entry = status["sinks"]
+        .as_array()
+        .expect("status lists sinks")
+        .iter()
+        .find(|s| s["sink"] == sink)
+        .unwrap_or_else(|| panic!("status has no sink `{sink}`"))
+        .clone();
+    let mut lag = 0;
+    let mut any = false;
+    for table in entry["tables"].as_array().expect("a sink lists tables") {
+        lag += table["lag_transactions"].as_u64().unwrap_or(0);
+        any |= !table["position"].is_null();
+    }
+    (lag, any)
+}
