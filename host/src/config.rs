@@ -596,7 +596,10 @@ pub(crate) fn check_name(field: &str, name: &str) -> Result<(), String> {
 }
 
 /// Replaces `${VAR}` and `${VAR:-default}`; `$${` stays a literal `${`.
-fn interpolate(text: &str, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn interpolate(
+    text: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find('$') {

@@ -12,6 +12,7 @@ pub mod batch;
 pub mod change;
 pub mod cli;
 pub mod config;
+pub mod conformance;
 pub mod failpoint;
 pub mod metrics;
 pub mod pipeline;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::config::PipelineConfig;
+use crate::conformance::Guarantee;
 use crate::metrics::PipelineMetrics;
 use crate::pipeline::{self, Control, RunHost, RunOptions};
 use crate::runtime::{WasmEngine, plugin};
@@ -79,11 +80,30 @@ pub enum PluginCommand {
         #[arg(long, default_value = ".weir/component-cache")]
         cache_dir: PathBuf,
     },
+    /// Run a sink through fixed scenarios (delivery, replays, crashes at
+    /// each step of a commit, abort, fencing, store failures) in a temporary
+    /// root, and say what it guarantees (docs/plugin-test.md).
+    Test {
+        file: PathBuf,
+        /// The sink's config, grants and limits, and the reader that shows
+        /// what it wrote (`verify`); without a reader nothing is verified.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        /// Where compiled components are cached.
+        #[arg(long, default_value = ".weir/component-cache")]
+        cache_dir: PathBuf,
+    },
 }
 
 /// Exit code of a run that finished with an optional sink disabled (it is
 /// behind and catches up on the next run).
 const EXIT_SINK_DISABLED: u8 = 3;
+
+/// Exit code of a plugin test whose reader could not say what the sink
+/// wrote (neither a pass nor a failure).
+const EXIT_CANNOT_VERIFY: u8 = 4;
 
 /// Carries out one command. `Err` is the sentence to print.
 pub fn dispatch(command: Command) -> Result<ExitCode, String> {
@@ -163,6 +183,27 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
             let info = plugin::inspect(&engine, &file).map_err(|e| e.to_string())?;
             render::plugin_info(&info, json);
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::Test {
+                    file,
+                    config,
+                    json,
+                    cache_dir,
+                },
+        } => {
+            let engine = WasmEngine::new(&cache_dir).map_err(|e| e.to_string())?;
+            let io = io_runtime()?;
+            let report = crate::conformance::run(&engine, &file, config.as_deref(), io.handle());
+            io.shutdown_timeout(SHUTDOWN_GRACE);
+            let report = report?;
+            render::plugin_test(&report, json);
+            Ok(ExitCode::from(match report.guarantee {
+                Guarantee::ExactlyOnce | Guarantee::AtLeastOnce => 0,
+                Guarantee::Fails => 1,
+                Guarantee::CannotVerify => EXIT_CANNOT_VERIFY,
+            }))
         }
         Command::Serve { host_file } => crate::serve::serve(&host_file),
         Command::Ctl(args) => ctl::dispatch(args),

@@ -108,6 +108,49 @@ pub fn plugin_info(info: &PluginInfo, as_json: bool) {
     println!("exports      {}", info.exports.join("\n             "));
 }
 
+/// What `weir plugin test` found: a line per scenario, then the verdict.
+pub fn plugin_test(report: &crate::conformance::Report, as_json: bool) {
+    if as_json {
+        return json(report);
+    }
+    print_lines(plugin_test_lines(report));
+}
+
+fn plugin_test_lines(report: &crate::conformance::Report) -> Vec<String> {
+    use crate::conformance::Outcome;
+    let mut lines = vec![
+        format!("plugin     {}", report.plugin.display()),
+        format!("sha256     {}", report.sha256),
+        format!(
+            "positions  {}",
+            if report.positioned { "yes" } else { "no" }
+        ),
+        String::new(),
+    ];
+    let width = report
+        .scenarios
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0);
+    for scenario in &report.scenarios {
+        let outcome = match scenario.outcome {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "FAIL",
+            Outcome::NotApplicable => "n/a",
+            Outcome::Refused => "refused",
+            Outcome::CannotVerify => "cannot verify",
+        };
+        lines.push(format!(
+            "{:width$}  {outcome:13}  {} ({:.1}s)",
+            scenario.name, scenario.detail, scenario.seconds
+        ));
+    }
+    lines.push(String::new());
+    lines.push(format!("verdict    {}", report.verdict));
+    lines
+}
+
 // What `weir serve` answers. Its replies are read as loose JSON, not typed:
 // while a pipeline starts any field may be missing or null, and a server of
 // another version may add or change some; show what is there, never fail.

@@ -61,6 +61,9 @@ pub struct IcebergSink {
     runtime: Option<tokio::runtime::Runtime>,
     /// Batches written and not committed, per source table.
     staged: HashMap<String, Vec<Batch>>,
+    /// The last description the host gave of each source table, so a
+    /// commit with nothing staged still knows its destination.
+    described: HashMap<String, weir_sdk::Table>,
     /// What we know of each destination table, by its blob path.
     tables: HashMap<String, Option<Loaded>>,
     /// Source tables whose destination index entry this instance wrote.
@@ -120,10 +123,13 @@ impl Sink for IcebergSink {
         }
         destination_path(&batch.table.destination)
             .map_err(|e| SinkError::Poison(format!("table {}: {e}", batch.table.name)))?;
-        self.staged
-            .entry(batch.table.name.clone())
-            .or_default()
-            .push(batch);
+        self.described
+            .insert(batch.table.name.clone(), batch.table.clone());
+        let staged = self.staged.entry(batch.table.name.clone()).or_default();
+        // A write retried after its answer was lost brings the same batch
+        // again: it replaces the staged copy instead of adding to it.
+        staged.retain(|b| b.id != batch.id);
+        staged.push(batch);
         Ok(())
     }
 
@@ -135,11 +141,15 @@ impl Sink for IcebergSink {
             .get(&request.table)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let Some(table) = staged.last().map(|b| b.table.clone()) else {
-            // The host stages a (possibly empty) batch before every commit;
-            // without one we do not know the destination or its schema.
+        let described = staged
+            .last()
+            .map(|b| &b.table)
+            .or_else(|| self.described.get(&request.table));
+        let Some(table) = described.cloned() else {
+            // The host stages a (possibly empty) batch before the first
+            // commit of a table; without one we do not know its destination.
             return Err(SinkError::Fatal(format!(
-                "table {}: commit without a staged batch",
+                "table {}: a commit with nothing staged, before any batch of the table",
                 request.table
             )));
         };
@@ -164,7 +174,17 @@ impl Sink for IcebergSink {
             path: &path,
             staged,
         };
+        storage::take_io_failure();
         let result = runtime.block_on(work.run(known));
+        // A store failure deep inside a Parquet or Avro writer comes back
+        // wrapped as the writer's own error, without its retryable mark;
+        // the store told us it failed, so the commit is worth a retry.
+        let result = result.map_err(|(error, reload)| match error {
+            SinkError::Fatal(message) if storage::take_io_failure() => {
+                (SinkError::Retryable(message), reload)
+            }
+            other => (other, reload),
+        });
         match result {
             Ok(loaded) => {
                 self.tables.insert(path, Some(loaded));

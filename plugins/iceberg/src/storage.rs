@@ -77,6 +77,15 @@ impl Warehouse {
     }
 }
 
+/// Set when a blob call failed with `io` (cleared by [`take_io_failure`]).
+/// An instance runs one call at a time, so one flag per instance is enough.
+static IO_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a blob call failed with `io` since the last time this was asked.
+pub fn take_io_failure() -> bool {
+    IO_FAILED.swap(false, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Converts a blob error, keeping "not found" recognizable for the crate.
 pub fn blob_error(e: BlobError) -> Error {
     let kind = match e {
@@ -86,6 +95,9 @@ pub fn blob_error(e: BlobError) -> Error {
         BlobError::Io(_) => ErrorKind::Unexpected,
     };
     let retryable = matches!(e, BlobError::Io(_));
+    if retryable {
+        IO_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let error = Error::new(kind, e.to_string());
     if retryable {
         error.with_retryable(true)

@@ -15,6 +15,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPa
 use tokio::runtime::Handle;
 use weir_contract::blob_path::{self, TEMP_MARKER};
 
+use super::blob_faults::{BlobFaults, FaultKind};
 pub use super::blob_walk::ObjectMeta;
 use super::blob_walk::{self, WalkError};
 use super::{Capability, Grants};
@@ -35,6 +36,10 @@ pub enum BlobError {
     /// The store failed.
     #[error("store failed: {0}")]
     Io(String),
+    /// A crash a test host injected ([`BlobFaults`]): never an answer to
+    /// the sink, whose call traps instead.
+    #[error("{0}")]
+    Crash(String),
 }
 
 /// What one sink may make the host store or hold through its blob store.
@@ -90,6 +95,8 @@ pub struct BlobScope {
     /// The tenant whose quota bounds this root with its other sinks' roots
     /// (`weir serve`).
     tenant: Option<Arc<TenantShare>>,
+    /// Faults a test host arms (`weir plugin test`); none in a pipeline.
+    faults: Option<Arc<BlobFaults>>,
 }
 
 /// Why a granted root cannot be opened.
@@ -125,6 +132,7 @@ impl BlobScope {
             stored: Mutex::new(None),
             reported: Default::default(),
             tenant: None,
+            faults: None,
         };
         if url == "memory://" || url == "memory:" {
             return Ok(scope(Arc::new(InMemory::new()), None, "memory://".into()));
@@ -173,6 +181,23 @@ impl BlobScope {
     pub fn with_tenant(mut self, share: Arc<TenantShare>) -> Self {
         self.tenant = Some(share);
         self
+    }
+
+    /// Lets `faults` fail this root's writes when armed.
+    pub fn with_faults(mut self, faults: Arc<BlobFaults>) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// The armed fault, if this write is the one it was armed for.
+    fn injected_fault(&self, path: &str) -> Result<(), BlobError> {
+        match self.faults.as_ref().and_then(|f| f.before_write(path)) {
+            None => Ok(()),
+            Some(fired) => Err(match fired.kind {
+                FaultKind::TransientIo => BlobError::Io(fired.message),
+                FaultKind::Crash => BlobError::Crash(fired.message),
+            }),
+        }
     }
 
     /// The root, as an operator recognises it in a message.
@@ -225,6 +250,7 @@ impl BlobScope {
 
     fn put_with(&self, path: &str, data: Vec<u8>, mode: PutMode) -> Result<(), BlobError> {
         let location = self.check(path)?;
+        self.injected_fault(path)?;
         let size = data.len() as u64;
         if size > self.limits.max_put_bytes {
             return Err(self.refuse(format!(
@@ -361,6 +387,7 @@ impl BlobScope {
     /// Deletes an object; a missing one is success.
     pub fn delete(&self, path: &str) -> Result<(), BlobError> {
         let location = self.check(path)?;
+        self.injected_fault(path)?;
         let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
         let before = self.stored_bytes(&mut stored)?;
         let removed = self.size_of(path, &location)?;

@@ -14,6 +14,7 @@
 //! [`CapabilityStates`] and its interface linked in each version module;
 //! nothing above the runtime changes.
 
+pub mod blob_faults;
 pub(crate) mod blob_walk;
 pub mod blobstore;
 pub mod log;

@@ -15,6 +15,9 @@ use crate::runtime::wit::Answer;
 wasmtime::component::bindgen!({
     path: "../wit/since_v0.1.0",
     world: "positioned-sink-plugin",
+    // A blob call may trap the sink instead of answering: that is how a
+    // test host crashes it in the middle of a commit (`BlobError::Crash`).
+    imports: { "weir:sink/blobstore": trappable },
 });
 
 use self::exports::weir::sink::{positions, sink};
@@ -50,39 +53,47 @@ impl HasData for BlobstoreHost {
 }
 
 impl blobstore::Host for &BlobScope {
-    fn get(&mut self, path: String) -> Result<Vec<u8>, blobstore::BlobError> {
-        Ok(BlobScope::get(self, &path)?)
+    fn get(&mut self, path: String) -> BlobAnswer<Vec<u8>> {
+        answer(BlobScope::get(self, &path))
     }
 
-    fn get_range(
-        &mut self,
-        path: String,
-        offset: u64,
-        length: u64,
-    ) -> Result<Vec<u8>, blobstore::BlobError> {
-        Ok(BlobScope::get_range(self, &path, offset, length)?)
+    fn get_range(&mut self, path: String, offset: u64, length: u64) -> BlobAnswer<Vec<u8>> {
+        answer(BlobScope::get_range(self, &path, offset, length))
     }
 
-    fn put(&mut self, path: String, data: Vec<u8>) -> Result<(), blobstore::BlobError> {
-        Ok(BlobScope::put(self, &path, data)?)
+    fn put(&mut self, path: String, data: Vec<u8>) -> BlobAnswer<()> {
+        answer(BlobScope::put(self, &path, data))
     }
 
-    fn put_if_absent(&mut self, path: String, data: Vec<u8>) -> Result<(), blobstore::BlobError> {
-        Ok(BlobScope::put_if_absent(self, &path, data)?)
+    fn put_if_absent(&mut self, path: String, data: Vec<u8>) -> BlobAnswer<()> {
+        answer(BlobScope::put_if_absent(self, &path, data))
     }
 
-    fn list(&mut self, prefix: String) -> Result<Vec<blobstore::ObjectMeta>, blobstore::BlobError> {
-        Ok(BlobScope::list(self, &prefix)?
-            .into_iter()
-            .map(|m| blobstore::ObjectMeta {
-                path: m.path,
-                size: m.size,
-            })
-            .collect())
+    fn list(&mut self, prefix: String) -> BlobAnswer<Vec<blobstore::ObjectMeta>> {
+        answer(BlobScope::list(self, &prefix).map(|listed| {
+            listed
+                .into_iter()
+                .map(|m| blobstore::ObjectMeta {
+                    path: m.path,
+                    size: m.size,
+                })
+                .collect()
+        }))
     }
 
-    fn delete(&mut self, path: String) -> Result<(), blobstore::BlobError> {
-        Ok(BlobScope::delete(self, &path)?)
+    fn delete(&mut self, path: String) -> BlobAnswer<()> {
+        answer(BlobScope::delete(self, &path))
+    }
+}
+
+/// What a blob call gives the sink: an answer, or a trap.
+type BlobAnswer<T> = wasmtime::Result<Result<T, blobstore::BlobError>>;
+
+/// A blob call's answer to the sink, or the trap of an injected crash.
+fn answer<T>(result: Result<T, host_blob::BlobError>) -> BlobAnswer<T> {
+    match result {
+        Err(host_blob::BlobError::Crash(message)) => Err(wasmtime::format_err!(message)),
+        other => Ok(other.map_err(blobstore::BlobError::from)),
     }
 }
 
@@ -94,6 +105,8 @@ impl From<host_blob::BlobError> for blobstore::BlobError {
             E::AlreadyExists(m) => Self::AlreadyExists(m),
             E::Denied(m) => Self::Denied(m),
             E::Io(m) => Self::Io(m),
+            // Turned into a trap by `answer` before it gets here.
+            E::Crash(m) => Self::Io(m),
         }
     }
 }
