@@ -575,10 +575,19 @@ impl PipelineConfig {
         self.state_dir().join("positions.redb")
     }
 
+    /// Where compiled plugins are kept: `WEIR_COMPONENT_CACHE` if set (one
+    /// cache shared by several pipelines: a large plugin compiles once),
+    /// else beside the pipeline's state.
     pub fn cache_dir(&self) -> PathBuf {
-        self.state_dir().join("component-cache")
+        match std::env::var_os(COMPONENT_CACHE_VAR) {
+            Some(shared) if !shared.is_empty() => PathBuf::from(shared),
+            _ => self.state_dir().join("component-cache"),
+        }
     }
 }
+
+/// The environment variable naming a component cache shared by pipelines.
+pub const COMPONENT_CACHE_VAR: &str = "WEIR_COMPONENT_CACHE";
 
 pub(crate) fn check_name(field: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()

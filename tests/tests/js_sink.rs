@@ -66,7 +66,10 @@ fn the_js_sink_writes_what_the_hello_sink_writes() {
         .sink(sink("hello", "hello-sink", dir.path()))
         .sink(sink("js", "js-sink", dir.path()));
     let pipeline = workload.write_in(dir.path());
-    let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[("WEIR_COMPONENT_CACHE", &cache())],
+    );
     assert!(out.status.success(), "{}", text(&out));
 
     let hello = json_lines_files(&sink_root(dir.path(), "hello"));
@@ -112,7 +115,10 @@ fn the_js_sink_names_the_config_key_it_cannot_use() {
         let pipeline = workload(3, 200, 100)
             .sink(sink("js", "js-sink", dir.path()).config(key, value))
             .write_in(dir.path());
-        weir(&["run", pipeline.to_str().unwrap()], &[])
+        weir(
+            &["run", pipeline.to_str().unwrap()],
+            &[("WEIR_COMPONENT_CACHE", &cache())],
+        )
     };
 
     let out = run_with("colour", "blue");
@@ -140,4 +146,10 @@ fn the_js_sink_names_the_config_key_it_cannot_use() {
     assert!(out.status.success(), "{}", text(&out));
     let files = json_lines_files(&sink_root(dir.path(), "js").join("export"));
     assert!(!files.is_empty(), "nothing under the prefix");
+}
+
+/// The shared cache: the interpreter inside this sink compiles once for all
+/// of its tests.
+fn cache() -> String {
+    shared_component_cache().display().to_string()
 }

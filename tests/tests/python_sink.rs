@@ -68,7 +68,10 @@ fn python_sink_writes_the_rows_hello_sink_writes() {
         .sink(sink("python", PYTHON_SINK, dir.path()))
         .sink(sink("rust", "hello-sink", dir.path()));
     let pipeline = workload.write_in(dir.path());
-    let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[("WEIR_COMPONENT_CACHE", &cache())],
+    );
     assert!(out.status.success(), "{}", text(&out));
 
     let python = json_lines(&sink_root(dir.path(), "python"));
@@ -122,7 +125,10 @@ fn a_config_key_python_sink_does_not_know_stops_the_run_naming_it() {
     let workload =
         workload(3, 50, 50).sink(sink("python", PYTHON_SINK, dir.path()).config("folder", "x"));
     let pipeline = workload.write_in(dir.path());
-    let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[("WEIR_COMPONENT_CACHE", &cache())],
+    );
     let report = text(&out);
     assert!(!out.status.success(), "{report}");
     assert!(
@@ -145,7 +151,7 @@ fn load_python_sink() -> Loaded {
         .enable_all()
         .build()
         .unwrap();
-    let engine = WasmEngine::new(&scratch.path().join("cache")).unwrap();
+    let engine = WasmEngine::new(&shared_component_cache()).unwrap();
     let linker = weir::runtime::plugin::linker(&engine).unwrap();
     let plugin = Plugin::load(
         &engine,
@@ -294,4 +300,10 @@ fn the_python_sdk_tests_pass() {
             "{folder}:\n{report}"
         );
     }
+}
+
+/// The shared cache: the interpreter inside this sink compiles once for all
+/// of its tests.
+fn cache() -> String {
+    shared_component_cache().display().to_string()
 }

@@ -48,6 +48,13 @@ pub fn plugin(crate_name: &str) -> PathBuf {
     file
 }
 
+/// A component cache the tests share (`WEIR_COMPONENT_CACHE`), for the
+/// plugins that take long to compile (the Python and JavaScript sinks embed
+/// a whole interpreter); every other test keeps its cache in its state.
+pub fn shared_component_cache() -> PathBuf {
+    target_dir().join("test-component-cache")
+}
+
 /// Runs `weir` with arguments and extra environment, returning its output.
 pub fn weir(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut command = Command::new(weir_bin());

@@ -34,7 +34,10 @@ pub use self::redis::RedisServer;
 #[cfg(feature = "host")]
 pub use self::redis::{RedisContent, RedisView, StoredRow};
 pub use batches::BatchBuilder;
-pub use command::{plugin, positions_of, sink_progress, status, text, weir, weir_bin, workspace};
+pub use command::{
+    plugin, positions_of, shared_component_cache, sink_progress, status, text, weir, weir_bin,
+    workspace,
+};
 #[cfg(feature = "host")]
 pub use expect::{
     Reduced, assert_parquet_complete, assert_positioned_exact, assert_table_matches, reduce,
