@@ -349,7 +349,7 @@ impl Harness {
             return Ok(());
         }
         Err(Stop::Fail(format!(
-            "{when}, `committed` for {} answered {}, but the last commit it acknowledged was {}",
+            "{when}, `committed` for {} answered position {}, but the last commit it acknowledged was at {}",
             table.description.name,
             describe_claim(claim.as_ref().map(|c| (&c.position, c.epoch))),
             describe_claim(expected.as_ref().map(|(p, e)| (p, *e))),
