@@ -1,7 +1,7 @@
 //! What writing a sink in another language costs: the same generator backlog
 //! (Arrow IPC batches as the host makes them) into hello-sink (Rust) and into
-//! the same JSON Lines sink written in Python (examples/python-sink) and, when
-//! it is built, JavaScript (examples/js-sink), all as components in one
+//! the same JSON Lines sink written in Python (examples/python-sink) and
+//! JavaScript (examples/js-sink), all as components in one
 //! process. Prints each sink's first compile time, rows/s and per-row cost
 //! relative to Rust; not a pass/fail test (the machines are shared).
 //!
@@ -23,29 +23,24 @@ use weir::runtime::network::SinkNetwork;
 mod support;
 use support::{InProcess, prepare};
 
-/// One sink to measure: its language and component file. A sink whose file
-/// is optional is left out, with a line saying so, when it is not built.
+/// One sink to measure: its language and component file.
 struct Entry {
     language: &'static str,
     file: &'static str,
-    optional: bool,
 }
 
 const SINKS: &[Entry] = &[
     Entry {
         language: "rust (hello-sink)",
         file: "hello_sink.wasm",
-        optional: false,
     },
     Entry {
         language: "python (examples/python-sink)",
         file: "python_sink.wasm",
-        optional: false,
     },
     Entry {
         language: "javascript (examples/js-sink)",
         file: "js_sink.wasm",
-        optional: true,
     },
 ];
 
@@ -75,19 +70,11 @@ fn main() {
     let mut rust_per_row = None;
     for entry in SINKS {
         let wasm = components.join(entry.file);
-        if !wasm.exists() {
-            assert!(
-                entry.optional,
-                "{} is missing: run scripts/build-plugins",
-                wasm.display()
-            );
-            println!(
-                "{:<32} skipped: {} is not built",
-                entry.language,
-                wasm.display()
-            );
-            continue;
-        }
+        assert!(
+            wasm.exists(),
+            "{} is missing: run scripts/build-plugins",
+            wasm.display()
+        );
         let size = std::fs::metadata(&wasm).unwrap().len();
         // The first load compiles (the cache is empty); the second is warm.
         let started = Instant::now();
