@@ -176,13 +176,25 @@ fn chunk_sql(table: &Table, after_key: Option<&[String]>, limit: usize) -> Strin
         .map(|c| format!("w.{}", ident(&c.name)))
         .collect();
     select.extend(key_exprs.iter().cloned());
-    let filter = match after_key {
-        Some(key) => format!(
-            " WHERE ({}) > ({})",
+    // The publication's row filter: rows outside it never stream, so a
+    // backfilled one would stay in the sinks however Postgres changes it.
+    let mut conditions: Vec<String> = table
+        .info
+        .row_filter
+        .iter()
+        .map(|f| format!("({f})"))
+        .collect();
+    if let Some(key) = after_key {
+        conditions.push(format!(
+            "({}) > ({})",
             key_exprs.join(", "),
             table.key_order_literals(key).join(", ")
-        ),
-        None => String::new(),
+        ));
+    }
+    let filter = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
     };
     format!(
         "COPY (SELECT {} FROM {} AS w{filter} ORDER BY {} LIMIT {limit}) TO STDOUT",
@@ -286,6 +298,18 @@ mod tests {
             chunk_sql(&docs(), Some(&["7".to_string()]), 10),
             "COPY (SELECT w.\"id\", w.\"title\", w.\"id\" FROM \"public\".\"docs\" AS w \
              WHERE (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\" LIMIT 10) TO STDOUT"
+        );
+    }
+
+    #[test]
+    fn a_chunk_reads_only_the_rows_the_publication_filter_keeps() {
+        let mut table = docs();
+        table.info.row_filter = Some("(title <> 'secret'::text)".into());
+        assert_eq!(
+            chunk_sql(&table, Some(&["7".to_string()]), 10),
+            "COPY (SELECT w.\"id\", w.\"title\", w.\"id\" FROM \"public\".\"docs\" AS w \
+             WHERE ((title <> 'secret'::text)) AND (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\" \
+             LIMIT 10) TO STDOUT"
         );
     }
 

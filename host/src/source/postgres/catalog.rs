@@ -34,6 +34,26 @@ pub struct PgTableInfo {
     /// The column sets of the table's valid unique indexes without
     /// expressions or predicates (the primary key among them).
     pub unique_indexes: Vec<Vec<usize>>,
+    /// The publication's row filter (PG15+), as the server prints it: the
+    /// stream sends only rows it holds for, so the backfill reads only those.
+    pub row_filter: Option<String>,
+    /// A partitioned table's leaf partitions, under whose OIDs and names
+    /// its changes arrive unless the publication sets
+    /// `publish_via_partition_root`.
+    pub partitions: Vec<Partition>,
+    /// The columns the publication does not send (generated, or left out
+    /// of its column list), which the source leaves out too.
+    pub unsent_columns: Vec<String>,
+    /// Those of them in the table's own key: such a key cannot be used.
+    pub unsent_key_columns: Vec<String>,
+}
+
+/// A leaf partition of a partitioned table.
+#[derive(Clone, Debug)]
+pub struct Partition {
+    pub oid: u32,
+    /// `schema.table`, as Relation messages name it.
+    pub qualified: String,
 }
 
 impl PgTableInfo {
@@ -75,26 +95,88 @@ pub async fn publication_exists(
     Ok(!rows(client, &sql).await?.is_empty())
 }
 
-/// The publication's tables as `schema.table`, sorted.
+/// One relation as `pg_publication_tables` lists it: a table, or (unless
+/// the publication sets `publish_via_partition_root`) a leaf partition.
+#[derive(Clone, Debug)]
+pub struct PublishedRelation {
+    /// `schema.table`.
+    pub qualified: String,
+    /// The columns the publication sends (PG15+; None before) as a JSON
+    /// array: its column list, else every column (generated ones included,
+    /// which pgoutput leaves out all the same). See [`Self::columns`].
+    columns_json: Option<String>,
+    /// The row filter (PG15+).
+    pub row_filter: Option<String>,
+    /// The top of its partition tree as `schema.table` (itself when it is
+    /// not a partition).
+    pub root: String,
+}
+
+impl PublishedRelation {
+    /// The names of the columns the publication sends, if the server says.
+    pub fn columns(&self) -> Result<Option<Vec<String>>, String> {
+        self.columns_json
+            .as_deref()
+            .map(|json| {
+                serde_json::from_str(json).map_err(|e| {
+                    format!(
+                        "pg_publication_tables.attnames of {} is not a list of names ({e}): {json}",
+                        self.qualified
+                    )
+                })
+            })
+            .transpose()
+    }
+}
+
+/// The publication's relations, with what it sends of each.
 pub async fn publication_tables(
     client: &Client,
     publication: &str,
-) -> Result<Vec<String>, tokio_postgres::Error> {
+) -> Result<Vec<PublishedRelation>, tokio_postgres::Error> {
+    let version = server_version(client).await?;
+    // Column lists and row filters came with PG15, pg_partition_root with PG12.
+    let (columns, filter) = if version >= 150_000 {
+        ("array_to_json(pt.attnames)::text", "pt.rowfilter")
+    } else {
+        ("NULL::text", "NULL::text")
+    };
+    let root = if version >= 120_000 {
+        "COALESCE(pg_partition_root(c.oid), c.oid)"
+    } else {
+        "c.oid"
+    };
     let sql = format!(
-        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = {} ORDER BY 1, 2",
+        "SELECT pt.schemaname, pt.tablename, {columns}, {filter}, rn.nspname, r.relname \
+         FROM pg_publication_tables pt \
+         JOIN pg_namespace n ON n.nspname = pt.schemaname \
+         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename \
+         JOIN pg_class r ON r.oid = {root} \
+         JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+         WHERE pt.pubname = {} ORDER BY 1, 2",
         literal(publication)
     );
-    Ok(rows(client, &sql)
-        .await?
-        .into_iter()
-        .map(|r| {
-            format!(
-                "{}.{}",
-                r[0].clone().unwrap_or_default(),
-                r[1].clone().unwrap_or_default()
-            )
-        })
-        .collect())
+    let mut out = Vec::new();
+    for r in rows(client, &sql).await? {
+        let get = |i: usize| r[i].clone().unwrap_or_default();
+        out.push(PublishedRelation {
+            qualified: format!("{}.{}", get(0), get(1)),
+            columns_json: r[2].clone(),
+            row_filter: r[3].clone(),
+            root: format!("{}.{}", get(4), get(5)),
+        });
+    }
+    Ok(out)
+}
+
+/// `server_version_num`, e.g. 150018.
+async fn server_version(client: &Client) -> Result<u32, tokio_postgres::Error> {
+    let found = rows(client, "SHOW server_version_num").await?;
+    Ok(found
+        .first()
+        .and_then(|r| r[0].as_deref())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
 }
 
 /// Expands `schema.table`, `schema.*` and `*` into existing tables, sorted.
@@ -138,14 +220,19 @@ pub fn split_name(name: &str) -> (String, String) {
     }
 }
 
-/// Loads one table's columns and key. None when the table does not exist.
+/// Loads one table's columns and key, as the publication sends them: no
+/// generated column (pgoutput never sends one), and only the columns in
+/// `published` when given (a publication's column list). None when the
+/// table does not exist.
 pub async fn load_table(
     client: &Client,
     qualified: &str,
+    published: Option<&[String]>,
 ) -> Result<Option<PgTableInfo>, tokio_postgres::Error> {
     let (schema, name) = split_name(qualified);
     let sql = format!(
-        "SELECT c.oid, c.reltuples, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+        "SELECT c.oid, c.reltuples, c.relreplident, c.relkind FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = {} AND c.relname = {}",
         literal(&schema),
         literal(&name)
@@ -160,11 +247,19 @@ pub async fn load_table(
         .as_deref()
         .and_then(|r| r.bytes().next())
         .unwrap_or(b'd');
+    let partitioned = row[3].as_deref() == Some("p");
+    // Generated columns came with PG12.
+    let generated = if server_version(client).await? >= 120_000 {
+        "a.attgenerated <> ''"
+    } else {
+        "false"
+    };
     // Domains resolve to their base type; arrays name their element type.
     let sql = format!(
         "SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, \
                 format_type(a.atttypid, a.atttypmod), \
-                COALESCE(bt.typname, t.typname), t.typcategory, et.typname \
+                COALESCE(bt.typname, t.typname), t.typcategory, et.typname, \
+                a.attnum, {generated} \
          FROM pg_attribute a \
          JOIN pg_type t ON t.oid = a.atttypid \
          LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype \
@@ -174,13 +269,25 @@ pub async fn load_table(
          ORDER BY a.attnum"
     );
     let mut columns = Vec::new();
+    // The attribute numbers of the columns kept, in order (attnum counts
+    // dropped and unsent columns too), and the names of those left out.
+    let mut sent: Vec<usize> = Vec::new();
+    let mut unsent: Vec<(usize, String)> = Vec::new();
     for r in rows(client, &sql).await? {
         let get = |i: usize| r[i].clone().unwrap_or_default();
+        let attnum: usize = get(8).parse().unwrap_or(0);
+        let generated = get(9) == "t";
+        let listed = published.is_none_or(|names| names.contains(&get(0)));
+        if generated || !listed {
+            unsent.push((attnum, get(0)));
+            continue;
+        }
         let typmod: i32 = get(2).parse().unwrap_or(-1);
         let kind = match r[7].as_deref() {
             Some(elem) => PgKind::Array(Box::new(kind_of(elem, typmod))),
             None => kind_of(&get(5), typmod),
         };
+        sent.push(attnum);
         columns.push(PgColumn {
             name: get(0),
             type_oid: get(1).parse().unwrap_or(0),
@@ -190,6 +297,7 @@ pub async fn load_table(
             not_null: get(3) == "t",
         });
     }
+    let column_of = |attnum: &usize| sent.iter().position(|l| l == attnum);
     let sql = format!(
         "SELECT i.indkey::text, i.indisreplident FROM pg_index i \
          WHERE i.indrelid = {oid} AND (i.indisprimary OR i.indisreplident) \
@@ -205,18 +313,12 @@ pub async fn load_table(
                 .collect()
         })
         .unwrap_or_default();
-    // attnum counts dropped columns too: map through the live attribute numbers.
-    let sql = format!(
-        "SELECT a.attnum FROM pg_attribute a WHERE a.attrelid = {oid} AND a.attnum > 0 \
-         AND NOT a.attisdropped ORDER BY a.attnum"
-    );
-    let live: Vec<usize> = rows(client, &sql)
-        .await?
-        .into_iter()
-        .filter_map(|r| r[0].as_deref().and_then(|n| n.parse().ok()))
-        .collect();
-    let column_of = |attnum: &usize| live.iter().position(|l| l == attnum);
     let key = attnums.iter().filter_map(column_of).collect();
+    let unsent_key_columns = unsent
+        .iter()
+        .filter(|(attnum, _)| attnums.contains(attnum))
+        .map(|(_, name)| name.clone())
+        .collect();
     let sql = format!(
         "SELECT i.indkey::text, i.indisprimary, i.indisreplident FROM pg_index i \
          WHERE i.indrelid = {oid} AND i.indisunique AND i.indisvalid \
@@ -225,13 +327,17 @@ pub async fn load_table(
     let mut unique_indexes = Vec::new();
     let mut identity_columns = Vec::new();
     for r in rows(client, &sql).await? {
-        let columns: Vec<usize> = r[0]
+        // An index on a column the publication does not send identifies
+        // nothing the sinks can see: it is left out whole.
+        let Some(columns) = r[0]
             .as_deref()
             .unwrap_or_default()
             .split_whitespace()
-            .filter_map(|n| n.parse::<usize>().ok())
-            .filter_map(|n| column_of(&n))
-            .collect();
+            .map(|n| n.parse::<usize>().ok().and_then(|n| column_of(&n)))
+            .collect::<Option<Vec<usize>>>()
+        else {
+            continue;
+        };
         let flag = |i: usize| r[i].as_deref() == Some("t");
         let is_identity = match replica_identity {
             b'd' => flag(1),
@@ -246,6 +352,11 @@ pub async fn load_table(
     if replica_identity == b'f' {
         identity_columns = (0..columns.len()).collect();
     }
+    let partitions = if partitioned {
+        leaf_partitions(client, oid).await?
+    } else {
+        Vec::new()
+    };
     Ok(Some(PgTableInfo {
         oid,
         schema,
@@ -256,7 +367,38 @@ pub async fn load_table(
         replica_identity,
         identity_columns,
         unique_indexes,
+        row_filter: None,
+        partitions,
+        unsent_columns: unsent.into_iter().map(|(_, name)| name).collect(),
+        unsent_key_columns,
     }))
+}
+
+/// The leaf partitions of partitioned table `oid`, at any depth.
+async fn leaf_partitions(
+    client: &Client,
+    oid: u32,
+) -> Result<Vec<Partition>, tokio_postgres::Error> {
+    let sql = format!(
+        "WITH RECURSIVE tree(relid) AS ( \
+             SELECT {oid}::oid \
+             UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) \
+         SELECT c.oid, n.nspname, c.relname FROM tree \
+         JOIN pg_class c ON c.oid = tree.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relkind IN ('r', 'f') ORDER BY 2, 3"
+    );
+    Ok(rows(client, &sql)
+        .await?
+        .into_iter()
+        .map(|r| Partition {
+            oid: r[0].as_deref().and_then(|o| o.parse().ok()).unwrap_or(0),
+            qualified: format!(
+                "{}.{}",
+                r[1].clone().unwrap_or_default(),
+                r[2].clone().unwrap_or_default()
+            ),
+        })
+        .collect())
 }
 
 /// The base type name of a type oid (for columns added while streaming).

@@ -159,7 +159,8 @@ impl Decoder {
     ) -> Result<(), SourceError> {
         let table = pending.mapping.table;
         self.relations.insert(pending.oid, pending.mapping);
-        if tables[table].info.oid != pending.oid {
+        let info = &tables[table].info;
+        if info.oid != pending.oid && !info.partitions.iter().any(|p| p.oid == pending.oid) {
             return Err(ddl_error(
                 &pending.name,
                 "the table was dropped and re-created",
@@ -210,9 +211,13 @@ impl Decoder {
         };
         check_identity_covers_key(rel, &tables[index])?;
         let known = &tables[index].info.columns;
+        // A leaf partition may order its columns its own way (one created
+        // alone, then attached): they are taken by name, in any order.
+        let partition = name != tables[index].schema.name;
         let mut columns = Vec::with_capacity(rel.columns.len());
         let mut added = Vec::new();
         for (i, rc) in rel.columns.iter().enumerate() {
+            let matched = columns.len() - added.len();
             match known.iter().position(|c| c.name == rc.name) {
                 Some(c) => {
                     let col = &known[c];
@@ -224,7 +229,7 @@ impl Decoder {
                     }
                     columns.push(c);
                 }
-                None if i >= known.len() => {
+                None if i >= known.len() || (partition && matched == known.len()) => {
                     added.push(rc.clone());
                     columns.push(known.len() + added.len() - 1);
                 }
@@ -242,7 +247,13 @@ impl Decoder {
         }
         // Known columns the relation lacks must be trailing ones the table
         // gained after this part of the stream (they read as null here).
-        if columns.iter().enumerate().any(|(i, &c)| i != c) {
+        let in_order = |mut mapped: Vec<usize>| {
+            if partition {
+                mapped.sort_unstable();
+            }
+            mapped.iter().enumerate().all(|(i, &c)| i == c)
+        };
+        if !in_order(columns.clone()) {
             return Err(ddl_error(
                 &name,
                 "a column was dropped, renamed or reordered",

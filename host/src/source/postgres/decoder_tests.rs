@@ -52,6 +52,10 @@ pub(in crate::source::postgres) fn table_of(
         key,
         estimated_rows: -1.0,
         replica_identity: b'd',
+        row_filter: None,
+        partitions: Vec::new(),
+        unsent_columns: Vec::new(),
+        unsent_key_columns: Vec::new(),
     };
     Table::new(info, None, append).unwrap()
 }
@@ -651,4 +655,70 @@ fn a_relation_whose_replica_identity_misses_the_key_is_refused() {
     assert_eq!(decode(b'd', &["id"]), Ok(()));
     assert_eq!(decode(b'i', &["id", "title"]), Ok(()));
     assert_eq!(decode(b'f', &[]), Ok(()));
+}
+
+/// `public.docs` as a partitioned table with leaf `public.docs_a` (OID
+/// 501), whose changes arrive under the leaf's OID and name, its columns
+/// in the leaf's own order.
+#[test]
+fn a_leaf_partition_changes_its_partitioned_table_by_column_name() {
+    use crate::source::postgres::catalog::Partition;
+    let mut table = table_of(
+        "public.docs",
+        vec![
+            column("id", PgKind::Int64, "bigint"),
+            column("title", PgKind::Text, "text"),
+            column("body", PgKind::Text, "text"),
+        ],
+        vec![0],
+    );
+    table.info.partitions = vec![Partition {
+        oid: 501,
+        qualified: "public.docs_a".into(),
+    }];
+    let tables = tables(table);
+    let leaf = [("body", 25, -1), ("id", 20, -1), ("title", 25, -1)];
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder
+        .decode(&relation(501, "public.docs_a", &leaf), &tables)
+        .unwrap();
+    decoder.begin(0x10, 0);
+    decoder
+        .decode(&insert(501, &[Some("b"), Some("7"), Some("t")]), &tables)
+        .unwrap();
+    let tx = decoder
+        .commit()
+        .unwrap()
+        .seal(&tables, &mut Emitted::default())
+        .unwrap();
+    assert_eq!(tx.changes[0].table.name, "public.docs");
+    assert_eq!(
+        tx.changes[0].values,
+        vec![Value::Int64(7), text("t"), text("b")]
+    );
+
+    // A column the leaf gained after all of the table's: added; a new one
+    // among them: refused, as is a leaf the table does not have.
+    let mut decoder = Decoder::new("weir_cdc");
+    let mut grown = leaf.to_vec();
+    grown.push(("extra", 25, -1));
+    let pending = decoder
+        .decode(&relation(501, "public.docs_a", &grown), &tables)
+        .unwrap()
+        .expect("waits for the added column's type");
+    assert_eq!(pending.added.len(), 1);
+    let mut renamed = leaf.to_vec();
+    renamed[2].0 = "heading";
+    let err = decoder
+        .decode(&relation(501, "public.docs_a", &renamed), &tables)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("public.docs_a") && err.contains("`heading` is new but not at the end"),
+        "{err}"
+    );
+    let err = decoder
+        .decode(&relation(502, "public.docs_a", &leaf), &tables)
+        .unwrap_err();
+    assert!(err.to_string().contains("dropped and re-created"), "{err}");
 }

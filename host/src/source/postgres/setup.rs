@@ -18,18 +18,21 @@ use crate::position::Position;
 use crate::source::SourceError;
 
 /// Reads the publication's tables (or, when it does not exist yet, the
-/// tables it will be created for), in name order.
+/// tables it will be created for), in name order, as the publication sends
+/// them: its column lists and row filters applied, and partitions it
+/// publishes one by one gathered under their partitioned table.
 pub(super) fn load_tables(
     session: &mut Session,
     config: &PostgresConfig,
     append_tables: &BTreeSet<String>,
 ) -> Result<Tables, SourceError> {
     let publication = &config.publication;
-    let mut names = if publication_exists(session, publication)? {
-        session.query("reading the publication's tables", |c| {
+    let mut wanted: Vec<Wanted> = if publication_exists(session, publication)? {
+        let published = session.query("reading the publication's tables", |c| {
             let p = publication.clone();
             Box::pin(async move { catalog::publication_tables(c, &p).await })
-        })?
+        })?;
+        gather_partitions(session, publication, published)?
     } else if config.create_publication_for.is_empty() {
         return Err(SourceError::Config(format!(
             "publication `{publication}` does not exist: create it \
@@ -37,25 +40,40 @@ pub(super) fn load_tables(
              source.postgres.create_publication_for"
         )));
     } else {
-        session.query("listing the tables to publish", |c| {
-            let wanted = config.create_publication_for.clone();
-            Box::pin(async move { catalog::resolve_tables(c, &wanted).await })
-        })?
+        session
+            .query("listing the tables to publish", |c| {
+                let wanted = config.create_publication_for.clone();
+                Box::pin(async move { catalog::resolve_tables(c, &wanted).await })
+            })?
+            .into_iter()
+            .map(|name| Wanted {
+                name,
+                columns: None,
+                row_filter: None,
+            })
+            .collect()
     };
-    if names.is_empty() {
+    if wanted.is_empty() {
         return Err(SourceError::Config(format!(
             "publication `{publication}` has no tables"
         )));
     }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    wanted.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     let mut tables = Tables::default();
-    for name in names {
-        let info = session
+    for Wanted {
+        name,
+        columns,
+        row_filter,
+    } in wanted
+    {
+        let mut info = session
             .query("reading a table's columns", |c| {
                 let n = name.clone();
-                Box::pin(async move { catalog::load_table(c, &n).await })
+                let columns = columns.clone();
+                Box::pin(async move { catalog::load_table(c, &n, columns.as_deref()).await })
             })?
             .ok_or_else(|| SourceError::Config(format!("table {name} does not exist")))?;
+        info.row_filter = row_filter;
         let declared_key = config.keys.get(&name).map(Vec::as_slice);
         tables.push(Table::new(
             info,
@@ -64,6 +82,92 @@ pub(super) fn load_tables(
         )?);
     }
     Ok(tables)
+}
+
+/// A table to replicate, with what the publication sends of it.
+struct Wanted {
+    /// `schema.table`.
+    name: String,
+    /// The column list's names (every column's when it has none).
+    columns: Option<Vec<String>>,
+    row_filter: Option<String>,
+}
+
+/// Turns the publication's relations into the tables to replicate. Without
+/// `publish_via_partition_root`, the publication lists a partitioned
+/// table's leaf partitions instead of the table, and its changes arrive
+/// under their names: when every leaf is listed, the table is replicated
+/// under its own name (its changes mapped back to it, see
+/// [`Tables::index_of`]); leaves listed alone stay tables of their own.
+fn gather_partitions(
+    session: &mut Session,
+    publication: &str,
+    published: Vec<catalog::PublishedRelation>,
+) -> Result<Vec<Wanted>, SourceError> {
+    let mut by_root: BTreeMap<String, Vec<catalog::PublishedRelation>> = BTreeMap::new();
+    for relation in published {
+        by_root
+            .entry(relation.root.clone())
+            .or_default()
+            .push(relation);
+    }
+    let mut wanted = Vec::new();
+    for (root, relations) in by_root {
+        let alone = |relations: Vec<catalog::PublishedRelation>| {
+            relations
+                .into_iter()
+                .map(|r| {
+                    Ok(Wanted {
+                        columns: r.columns().map_err(SourceError::Invalid)?,
+                        name: r.qualified,
+                        row_filter: r.row_filter,
+                    })
+                })
+                .collect::<Result<Vec<_>, SourceError>>()
+        };
+        if relations.len() == 1 && relations[0].qualified == root {
+            wanted.extend(alone(relations)?);
+            continue;
+        }
+        let leaves = session
+            .query("reading a partitioned table's partitions", |c| {
+                let root = root.clone();
+                Box::pin(async move { catalog::load_table(c, &root, None).await })
+            })?
+            .map(|info| info.partitions)
+            .unwrap_or_default();
+        let listed: BTreeSet<&str> = relations.iter().map(|r| r.qualified.as_str()).collect();
+        if leaves.is_empty() || !leaves.iter().all(|l| listed.contains(l.qualified.as_str())) {
+            wanted.extend(alone(relations)?);
+            continue;
+        }
+        // One table in the sinks: its partitions must send the same.
+        let first = &relations[0];
+        let columns = first.columns().map_err(SourceError::Invalid)?;
+        for other in &relations[1..] {
+            let mut mine = other.columns().map_err(SourceError::Invalid)?;
+            let mut theirs = columns.clone();
+            if let (Some(a), Some(b)) = (&mut mine, &mut theirs) {
+                a.sort();
+                b.sort();
+            }
+            if mine != theirs || other.row_filter != first.row_filter {
+                return Err(SourceError::Config(format!(
+                    "publication `{publication}` publishes the partitions of {root} with \
+                     different column lists or row filters ({} and {}), so they cannot be \
+                     replicated as one table: ALTER PUBLICATION {publication} SET \
+                     (publish_via_partition_root = true) to publish {root} as one table",
+                    first.qualified, other.qualified
+                )));
+            }
+        }
+        wanted.push(Wanted {
+            name: root,
+            columns,
+            row_filter: first.row_filter.clone(),
+        });
+    }
+    Ok(wanted)
 }
 
 fn publication_exists(session: &mut Session, publication: &str) -> Result<bool, SourceError> {
@@ -106,8 +210,15 @@ impl SchemaFile {
                     .filter(|b| !now.iter().any(|n| n.0 == b.0))
                     .map(|b| b.0.as_str())
                     .collect();
+                let unsent = |name: &str| table.info.unsent_columns.iter().any(|u| u == name);
                 let what = if gone.is_empty() {
                     "a column was renamed, reordered or changed type since the last run".to_string()
+                } else if gone.iter().all(|g| unsent(g)) {
+                    format!(
+                        "column(s) {} are no longer sent by the publication (generated, or left \
+                         out of its column list) but were before",
+                        gone.join(", ")
+                    )
                 } else {
                     format!(
                         "column(s) {} dropped or renamed since the last run",

@@ -28,6 +28,21 @@ impl Table {
         append: bool,
     ) -> Result<Table, SourceError> {
         let name = info.qualified();
+        if declared_key.is_none() && !info.unsent_key_columns.is_empty() {
+            return Err(SourceError::Config(format!(
+                "table {name}: key column(s) {} are not sent by the publication (generated, or \
+                 left out of its column list), so updates and deletes could not be matched to \
+                 rows: publish them, or declare other key columns under \
+                 source.postgres.keys.{name}",
+                quoted(
+                    &info
+                        .unsent_key_columns
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                )
+            )));
+        }
         if let Some(declared) = declared_key {
             info.key = declared
                 .iter()
@@ -37,7 +52,8 @@ impl Table {
                         .position(|c| &c.name == k)
                         .ok_or_else(|| {
                             SourceError::Config(format!(
-                                "source.postgres.keys.{name}: the table has no column `{k}`"
+                                "source.postgres.keys.{name}: the table has no column `{k}` \
+                                 that the publication sends"
                             ))
                         })
                 })
@@ -49,6 +65,14 @@ impl Table {
                 "table {name} has no primary key (nor a replica identity index): declare its key \
                  columns under source.postgres.keys.{name}, or opt into append mode with \
                  `tables: {{ {name}: {{ mode: append }} }}`"
+            )));
+        }
+        if info.key.is_empty() && !info.partitions.is_empty() {
+            // A ctid names a row within one partition only: paging the
+            // backfill by it across partitions would skip rows.
+            return Err(SourceError::Config(format!(
+                "table {name} is partitioned and has no key, so its backfill cannot page by \
+                 ctid: declare its key columns under source.postgres.keys.{name}"
             )));
         }
         if let Some(&k) = info.key.iter().find(|&&k| !info.columns[k].kind.keyable()) {
@@ -186,8 +210,15 @@ impl Tables {
         self.list.len()
     }
 
+    /// The table named `name`, or the partitioned table whose leaf partition
+    /// it is: changes of a partitioned table published without
+    /// `publish_via_partition_root` arrive under the leaf's name.
     pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).copied()
+        self.by_name.get(name).copied().or_else(|| {
+            self.list
+                .iter()
+                .position(|t| t.info.partitions.iter().any(|p| p.qualified == name))
+        })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Table> {
@@ -296,6 +327,10 @@ mod tests {
             replica_identity: b'd',
             identity_columns: vec![0],
             unique_indexes: vec![vec![0]],
+            row_filter: None,
+            partitions: Vec::new(),
+            unsent_columns: Vec::new(),
+            unsent_key_columns: Vec::new(),
         }
     }
 
