@@ -4,8 +4,8 @@
 under `<root>/<table>/`, in name order, one line per change (`shows:
 changes`). The commit objects `<seq, 20 digits>.arrow` hold every column the
 host sent, `__op` and `__pos` included; a commit of nothing is a file with
-no columns and no rows. Any other Arrow file there (the flawed fixture's
-`written-*.arrow`) is part of what the table shows too: a reader sees it.
+no columns and no rows. Any other Arrow file there is part of what the
+table shows too: a reader sees it.
 
 Needs pyarrow (the repository's .venv).
 """
