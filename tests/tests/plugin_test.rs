@@ -378,3 +378,29 @@ fn forgetful_fixture_duplicates_replays() {
         );
     }
 }
+
+#[test]
+fn without_a_reader_nothing_is_claimed() {
+    let wasm = plugin("weir-fixture-positioned");
+    let cache = shared_component_cache();
+    let out = weir(
+        &[
+            "plugin",
+            "test",
+            wasm.to_str().unwrap(),
+            "--json",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let text = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    let json: Value = serde_json::from_slice(&out.stdout).expect(&text);
+    assert_eq!(json["guarantee"], "cannot-verify", "{text}");
+    let verdict = json["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("cannot verify: delivery: no reader named"),
+        "{verdict}"
+    );
+}
