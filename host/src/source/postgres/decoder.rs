@@ -39,6 +39,10 @@ pub(super) struct Pending {
     pub unchanged: Vec<usize>,
     /// The key's text forms, for the TOAST look-up.
     pub key_text: Vec<String>,
+    /// Left out of the transaction (see `toast.rs`: an update whose row was
+    /// gone before its left-out columns could be read). It keeps its
+    /// ordinal, so the others' positions are the same in every replay.
+    pub dropped: bool,
 }
 
 /// How one relation's columns map onto its table's.
@@ -361,6 +365,7 @@ impl Decoder {
             values,
             unchanged,
             key_text,
+            dropped: false,
         });
         Ok(())
     }
@@ -428,7 +433,7 @@ impl OpenTx {
         let mut changes = Vec::with_capacity(self.changes.len());
         for (ordinal, p) in self.changes.into_iter().enumerate() {
             let pos = Position::stream(self.commit_lsn, ordinal as u32);
-            if emitted.covers(&pos) {
+            if p.dropped || emitted.covers(&pos) {
                 continue;
             }
             let table = &tables[p.table];
