@@ -26,6 +26,7 @@ pub fn arm_from_env() -> Result<(), String> {
         CrashPoint::BeforeSinkCommit,
         CrashPoint::AfterSinkCommit,
         CrashPoint::AfterStoreWrite,
+        CrashPoint::AfterSourceAck,
     ];
     if !known.iter().any(|p| p.name() == name) {
         let names: Vec<&str> = known.iter().map(|p| p.name()).collect();

@@ -276,6 +276,7 @@ impl Run<'_> {
         self.shell.commit(self.core, flush)?;
         if let Some(position) = self.shell.take_checkpoint() {
             self.source.acknowledge(&position)?;
+            crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
         }
         self.shell.publish(
             self.core,

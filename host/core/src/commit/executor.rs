@@ -23,6 +23,10 @@ pub enum CrashPoint {
     AfterSinkCommit,
     /// The store holds the new positions; the core has not heard of it.
     AfterStoreWrite,
+    /// The source was just told it may release what every required sink
+    /// committed (for Postgres: the slot's confirmed LSN moved). The
+    /// executor never passes it; the host's run loop does.
+    AfterSourceAck,
 }
 
 impl CrashPoint {
@@ -32,6 +36,7 @@ impl CrashPoint {
             CrashPoint::BeforeSinkCommit => "before-sink-commit",
             CrashPoint::AfterSinkCommit => "after-sink-commit",
             CrashPoint::AfterStoreWrite => "after-store-write",
+            CrashPoint::AfterSourceAck => "after-source-ack",
         }
     }
 }
