@@ -63,9 +63,23 @@ fn rows(changes: &[(i64, &str, Option<&str>)], first_pos: u8) -> RecordBatch {
 }
 
 fn write(sink: &mut NativeSink<IcebergSink>, t: &Table, rb: &RecordBatch) -> Result<()> {
+    // One id per position range, as the host makes them: the sink keeps
+    // one copy of a batch written twice.
+    let positions = rb
+        .column_by_name("__pos")
+        .and_then(|c| c.as_any().downcast_ref::<arrow_array::BinaryArray>())
+        .expect("a __pos column");
+    let id = match positions.len() {
+        0 => "b-empty".to_string(),
+        n => format!(
+            "b-{}-{}",
+            hex::encode(positions.value(0)),
+            hex::encode(positions.value(n - 1))
+        ),
+    };
     let meta = BatchMeta {
         table: t.clone(),
-        id: "b".into(),
+        id,
         low: vec![0],
         high: vec![1],
         rows: rb.num_rows() as u32,
