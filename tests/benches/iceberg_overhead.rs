@@ -15,7 +15,7 @@ use weir::runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;
-use support::{InProcess, prepare};
+use support::{InProcess, components_dir, prepare};
 
 /// `total-records` of a table's current snapshot, from its newest metadata.
 fn total_records(table: &std::path::Path) -> u64 {
@@ -42,11 +42,7 @@ fn total_records(table: &std::path::Path) -> u64 {
 }
 
 fn main() {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let wasm = target.join("wasm32-wasip2/release/weir_iceberg_sink.wasm");
+    let wasm = components_dir().join("weir_iceberg_sink.wasm");
     let changes = std::env::var("ICEBERG_BENCH_CHANGES")
         .ok()
         .and_then(|c| c.parse().ok())

@@ -12,7 +12,6 @@
 //!
 //! `cargo bench -p weir-tests --bench language_sinks` (after scripts/build-plugins).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use weir::runtime::Limits;
@@ -21,7 +20,7 @@ use weir::runtime::network::SinkNetwork;
 // Shared with sink_overhead, whose native runner this benchmark does not use.
 #[allow(dead_code)]
 mod support;
-use support::{InProcess, prepare};
+use support::{InProcess, components_dir, prepare};
 
 /// One sink to measure: its language and component file.
 struct Entry {
@@ -45,11 +44,7 @@ const SINKS: &[Entry] = &[
 ];
 
 fn main() {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let components = target.join("wasm32-wasip2/release");
+    let components = components_dir();
     let (batches, rows) = prepare(50_000, 1_000);
     println!(
         "{} batches, {rows} rows after last-write-wins",

@@ -55,7 +55,7 @@ use weir_test_support::redis::{Dumped, dump, escape_key_part, render_value};
 use weir_test_support::{PipelineBuilder, RedisServer, SinkBuilder, value_at};
 
 mod support;
-use support::{InProcess, Prepared, prepare};
+use support::{InProcess, Prepared, components_dir, prepare};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -169,7 +169,7 @@ fn main() {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"));
-    let wasm = target.join("wasm32-wasip2/release/weir_redis_sink.wasm");
+    let wasm = components_dir().join("weir_redis_sink.wasm");
     let changes = env_or("REDIS_BENCH_CHANGES", 200_000);
     let max_rows = env_or("REDIS_BENCH_ROWS", 5_000) as usize;
     let (batches, rows) = prepare(changes, max_rows);

@@ -5,7 +5,6 @@
 //!
 //! `cargo bench -p weir-tests --bench sink_overhead` (after scripts/build-plugins).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use weir::runtime::Limits;
@@ -13,14 +12,10 @@ use weir::runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;
-use support::{InProcess, prepare};
+use support::{InProcess, components_dir, prepare};
 
 fn main() {
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let wasm = target.join("wasm32-wasip2/release/weir_parquet_sink.wasm");
+    let wasm = components_dir().join("weir_parquet_sink.wasm");
     let (batches, rows) = prepare(200_000, 5_000);
     println!(
         "{} batches, {rows} rows after last-write-wins",

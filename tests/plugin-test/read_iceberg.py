@@ -16,10 +16,9 @@ read_iceberg.py loads them: nothing is downloaded at run time. Needs the
 repository's .venv.
 """
 
-import glob
+import importlib.util
 import json
 import os
-import sys
 
 import weir_rows
 
@@ -44,19 +43,13 @@ def metadata_path(folder: str, version: int) -> str:
 
 
 def connect():
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
-        base = os.path.dirname(module.__file__)
-        found = sorted(glob.glob(os.path.join(base, "extensions", "*", f"{name}.duckdb_extension")))
-        if not found:
-            sys.exit(f"no {name}.duckdb_extension under {base}")
-        con.execute(f"LOAD '{found[-1]}'")
-    return con
+    # The same DuckDB set-up as the suite's other Iceberg reader (loaded by
+    # path: it has this file's name).
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "readers", "read_iceberg.py")
+    spec = importlib.util.spec_from_file_location("suite_read_iceberg", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.duckdb_connection()
 
 
 def main():

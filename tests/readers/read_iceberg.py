@@ -51,7 +51,8 @@ def read_pyiceberg(metadata: str):
     return table.scan().to_arrow(), summary
 
 
-def read_duckdb(metadata: str):
+def duckdb_connection():
+    """A DuckDB connection in UTC with the avro and iceberg extensions."""
     import duckdb
     import duckdb_extension_avro
     import duckdb_extension_iceberg
@@ -66,6 +67,11 @@ def read_duckdb(metadata: str):
         if not found:
             raise SystemExit(f"no {name}.duckdb_extension under {base}")
         con.execute(f"LOAD '{found[-1]}'")
+    return con
+
+
+def read_duckdb(metadata: str):
+    con = duckdb_connection()
     escaped = metadata.replace("'", "''")
     result = con.execute(f"SELECT * FROM iceberg_scan('{escaped}')")
     table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()

@@ -10,6 +10,15 @@ use weir::source::Source;
 use weir::source::generator::{Generator, GeneratorConfig};
 use weir_sdk::native::encode_ipc;
 
+/// Where scripts/build-plugins puts the components.
+pub fn components_dir() -> std::path::PathBuf {
+    let workspace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"))
+        .join("wasm32-wasip2/release")
+}
+
 pub struct Prepared {
     pub header: BatchHeader,
     pub ipc: Vec<u8>,
