@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow_schema::DataType;
+use arrow_schema::{DataType, Field};
 
 use crate::position::Position;
 
@@ -17,11 +17,13 @@ pub enum Value {
     Null,
     Bool(bool),
     Int32(i32),
+    /// A bigint; in a `Time64(Microsecond)` column, microseconds since midnight.
     Int64(i64),
     Float64(f64),
     /// Unscaled value; precision and scale come from the column's type.
     Decimal128(i128),
     Utf8(String),
+    /// Bytes; in a `FixedSizeBinary` column (a uuid), exactly its width.
     Binary(Vec<u8>),
     /// Days since the Unix epoch.
     Date32(i32),
@@ -31,6 +33,29 @@ pub enum Value {
     /// The items of a list column (Postgres: a one-dimensional array), each
     /// a value of the list's item type or null.
     List(Vec<Value>),
+}
+
+/// The Arrow type of a uuid: its 16 bytes. Every field of this type the
+/// host builds is marked with Arrow's canonical `arrow.uuid` extension (see
+/// [`field`]), so a sink can tell a uuid from other 16 bytes.
+pub fn uuid_type() -> DataType {
+    DataType::FixedSizeBinary(16)
+}
+
+/// Arrow's extension-name metadata key and the canonical name of a uuid.
+pub const EXTENSION_NAME_KEY: &str = "ARROW:extension:name";
+pub const UUID_EXTENSION: &str = "arrow.uuid";
+
+/// The Arrow field of a column or list item, with the uuid extension on
+/// fields of [`uuid_type`].
+pub fn field(name: &str, data_type: DataType, nullable: bool) -> Field {
+    let is_uuid = data_type == uuid_type();
+    let field = Field::new(name, data_type, nullable);
+    if is_uuid {
+        field.with_metadata([(EXTENSION_NAME_KEY.to_string(), UUID_EXTENSION.to_string())].into())
+    } else {
+        field
+    }
 }
 
 /// A column of a source table.

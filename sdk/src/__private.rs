@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::thread::LocalKey;
 
 use crate::{
-    Batch, BatchMeta, CommitRequest, Config, MetadataColumn, Mode, Positions, Sink, SinkError,
-    Table,
+    Batch, BatchMeta, CommitRequest, Config, Maintenance, MetadataColumn, Mode, Positions, Sink,
+    SinkError, Table,
 };
 
 /// Bindings for the `sink-plugin` world. The SDK's blob and log modules use
@@ -43,6 +43,30 @@ pub mod positions_export {
         pub_export_macro: true,
         export_macro_name: "__export_positions",
         default_bindings_module: "weir_sdk::__private::positions_export",
+        with: {
+            "weir:sink/types@0.1.0": crate::__private::sink_plugin::weir::sink::types,
+        },
+    });
+}
+
+/// Bindings for the `maintenance` export alone, for the same reason as
+/// [`positions_export`]: `export_positioned_sink!(T, maintenance)` invokes
+/// its export macro beside the other two, which makes the component's world
+/// `maintained-sink-plugin`.
+pub mod maintenance_export {
+    wit_bindgen::generate!({
+        inline: "
+            package weir:sdk-glue;
+
+            world maintenance-export {
+                export weir:sink/maintenance@0.1.0;
+            }
+        ",
+        world: "maintenance-export",
+        path: "../wit/since_v0.1.0",
+        pub_export_macro: true,
+        export_macro_name: "__export_maintenance",
+        default_bindings_module: "weir_sdk::__private::maintenance_export",
         with: {
             "weir:sink/types@0.1.0": crate::__private::sink_plugin::weir::sink::types,
         },
@@ -155,4 +179,13 @@ pub fn committed<S: Positions + Default>(
         position: c.position,
         epoch: c.epoch,
     }))
+}
+
+pub fn maintain<S: Maintenance + Default>(
+    slot: &'static Slot<S>,
+    pipeline: String,
+    tables: Vec<String>,
+    what: Vec<String>,
+) -> Result<String, WitSinkError> {
+    with_sink(slot, |s| s.maintain(&pipeline, &tables, &what)).map_err(to_wit)
 }

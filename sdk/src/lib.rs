@@ -146,6 +146,25 @@ pub trait Positions: Sink {
     fn committed(&mut self, pipeline: &str, table: &str) -> Result<Option<Committed>>;
 }
 
+/// Optional capability: maintenance of the destination on demand, run by
+/// `weir maintain` (compacting small files, expiring old versions, ...).
+///
+/// Export a type implementing this with
+/// `export_positioned_sink!(MySink, maintenance)`. The host calls it from its
+/// own process while a pipeline may be committing to the same destination
+/// from another, and may be killed at any step: the work must leave the
+/// destination readable and exact whatever happens, and must never undo a
+/// commit it raced with.
+pub trait Maintenance: Sink {
+    /// Maintains the destinations of `pipeline`'s tables named in `tables`
+    /// (source table names, as in [`Table::name`]; empty for every table the
+    /// pipeline wrote). `what` names the kinds of work to do (empty for all
+    /// the sink knows); refuse a name you do not know with
+    /// [`SinkError::Fatal`]. Returns a short report for the operator (the
+    /// host shows at most 16 KiB of it).
+    fn maintain(&mut self, pipeline: &str, tables: &[String], what: &[String]) -> Result<String>;
+}
+
 /// Exports a [`Sink`] as the plugin's implementation of the `sink-plugin`
 /// world (a sink without positions: at-least-once).
 ///
@@ -213,12 +232,46 @@ macro_rules! export_sink {
 /// weir_sdk::export_positioned_sink!(MySink);
 /// ```
 ///
+/// A sink that also implements [`Maintenance`] exports it too (the
+/// `maintained-sink-plugin` world) with
+/// `weir_sdk::export_positioned_sink!(MySink, maintenance);`.
+///
 /// The instance is created with `Default` on the host's first call. In a
 /// native build (for tests) the macro only checks the type.
 #[cfg(target_arch = "wasm32")]
 #[macro_export]
 macro_rules! export_positioned_sink {
+    ($ty:ty, maintenance) => {
+        $crate::__weir_positioned_sink!($ty, {
+            impl $crate::__private::maintenance_export::exports::weir::sink::maintenance::Guest
+                for __WeirSinkExport
+            {
+                fn maintain(
+                    pipeline: ::std::string::String,
+                    tables: ::std::vec::Vec<::std::string::String>,
+                    what: ::std::vec::Vec<::std::string::String>,
+                ) -> ::core::result::Result<::std::string::String, $crate::__private::WitSinkError>
+                {
+                    $crate::__private::maintain(&__WEIR_SINK, pipeline, tables, what)
+                }
+            }
+            $crate::__private::maintenance_export::__export_maintenance!(
+                __WeirSinkExport with_types_in $crate::__private::maintenance_export
+            );
+        });
+    };
     ($ty:ty) => {
+        $crate::__weir_positioned_sink!($ty, {});
+    };
+}
+
+/// The body of `export_positioned_sink!`, with `$extra` exports that use
+/// the same instance. Not part of the API.
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __weir_positioned_sink {
+    ($ty:ty, { $($extra:tt)* }) => {
         const _: () = {
             ::std::thread_local! {
                 static __WEIR_SINK: ::core::cell::RefCell<::core::option::Option<$ty>> =
@@ -249,6 +302,7 @@ macro_rules! export_positioned_sink {
             $crate::__private::positions_export::__export_positions!(
                 __WeirSinkExport with_types_in $crate::__private::positions_export
             );
+            $($extra)*
         };
     };
 }
@@ -263,11 +317,22 @@ macro_rules! export_positioned_sink {
 /// weir_sdk::export_positioned_sink!(MySink);
 /// ```
 ///
+/// A sink that also implements [`Maintenance`] exports it too (the
+/// `maintained-sink-plugin` world) with
+/// `weir_sdk::export_positioned_sink!(MySink, maintenance);`.
+///
 /// The instance is created with `Default` on the host's first call. In a
 /// native build (for tests) the macro only checks the type.
 #[cfg(not(target_arch = "wasm32"))]
 #[macro_export]
 macro_rules! export_positioned_sink {
+    ($ty:ty, maintenance) => {
+        const _: fn() = || {
+            fn exportable<S: $crate::Positions + $crate::Maintenance + ::core::default::Default>() {
+            }
+            exportable::<$ty>();
+        };
+    };
     ($ty:ty) => {
         const _: fn() = || {
             fn exportable<S: $crate::Positions + ::core::default::Default>() {}

@@ -44,7 +44,8 @@ use std::sync::Arc;
 use weir_contract::grants::{Grants, HttpGrant, TcpGrant};
 
 use crate::{
-    Batch, BatchMeta, CommitRequest, Committed, Config, Positions, RecordBatch, Result, Sink,
+    Batch, BatchMeta, CommitRequest, Committed, Config, Maintenance, Positions, RecordBatch,
+    Result, Sink,
 };
 
 /// A sink running natively, with a local directory as its blob store.
@@ -59,6 +60,7 @@ pub struct NativeSink<S> {
     sink: S,
     root: PathBuf,
     grants: Arc<Grants>,
+    crash: Arc<store::CrashPlan>,
 }
 
 impl<S: Sink> NativeSink<S> {
@@ -69,6 +71,7 @@ impl<S: Sink> NativeSink<S> {
             sink,
             root: blob_root.into(),
             grants: Arc::default(),
+            crash: Arc::default(),
         }
     }
 
@@ -108,7 +111,7 @@ impl<S: Sink> NativeSink<S> {
     /// Runs `f` on the sink with its blob root and grants installed on this
     /// thread, as the host runs a call with the sink's capabilities.
     fn call<R>(&mut self, f: impl FnOnce(&mut S) -> R) -> R {
-        let _root = store::install(self.root.clone());
+        let _root = store::install(self.root.clone(), self.crash.clone());
         let _grants = network::install(self.grants.clone());
         f(&mut self.sink)
     }
@@ -134,6 +137,23 @@ impl<S: Sink> NativeSink<S> {
     /// Calls [`Sink::abort`].
     pub fn abort(&mut self, table: &str) {
         self.call(|sink| sink.abort(table))
+    }
+
+    /// Makes the sink "die" just before its `at`-th mutating blob call
+    /// (`put`, `put_if_absent`, `delete`; 1 is the next one): that call and
+    /// every blob call after it fail with [`BlobError::Io`](crate::BlobError::Io)
+    /// and change nothing, so the store is left exactly as a process killed
+    /// at that moment would leave it. Drop the sink afterwards and start a
+    /// new one on the same root, as a restarted host would.
+    pub fn crash_at_write(&mut self, at: u64) {
+        self.crash.arm(at.max(1));
+    }
+
+    /// Whether the crash armed by [`crash_at_write`](Self::crash_at_write)
+    /// happened, and how many mutating blob calls ran since it was armed
+    /// (the one that crashed included).
+    pub fn crashed(&self) -> (bool, u64) {
+        self.crash.state()
     }
 
     /// The blob store root.
@@ -164,12 +184,24 @@ impl<S: Positions> NativeSink<S> {
     }
 }
 
+impl<S: Maintenance> NativeSink<S> {
+    /// Calls [`Maintenance::maintain`].
+    pub fn maintain(
+        &mut self,
+        pipeline: &str,
+        tables: &[String],
+        what: &[String],
+    ) -> Result<String> {
+        self.call(|sink| sink.maintain(pipeline, tables, what))
+    }
+}
+
 /// Runs `f` with `root` as the blob store of [`weir_sdk::blob`](crate::blob)
 /// on this thread, for example to read back in a test what a sink wrote.
 /// Outside of this (and of [`NativeSink`] calls) blob calls fail with
 /// [`BlobError::Denied`](crate::BlobError::Denied).
 pub fn with_blob_root<R>(root: &Path, f: impl FnOnce() -> R) -> R {
-    let _restore = store::install(root.to_path_buf());
+    let _restore = store::install(root.to_path_buf(), Arc::default());
     f()
 }
 
@@ -225,16 +257,21 @@ pub(crate) mod store {
     use std::io::{self, Read, Seek, SeekFrom, Write};
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
 
     use weir_contract::blob_path::{self, TEMP_MARKER};
 
     use crate::blob::{BlobError, ObjectMeta};
 
+    /// The store of the call running on this thread: its root, and the
+    /// crash planned for it.
+    type Installed = (PathBuf, Arc<CrashPlan>);
+
     thread_local! {
-        static ROOT: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+        static ROOT: RefCell<Option<Installed>> = const { RefCell::new(None) };
     }
 
-    pub(crate) struct Restore(Option<PathBuf>);
+    pub(crate) struct Restore(Option<Installed>);
 
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -243,16 +280,84 @@ pub(crate) mod store {
         }
     }
 
-    pub(crate) fn install(root: PathBuf) -> Restore {
-        Restore(ROOT.with(|r| r.borrow_mut().replace(root)))
+    pub(crate) fn install(root: PathBuf, crash: Arc<CrashPlan>) -> Restore {
+        Restore(ROOT.with(|r| r.borrow_mut().replace((root, crash))))
     }
 
-    fn root() -> Result<PathBuf, BlobError> {
+    /// A crash planned at a mutating call, as `NativeSink::crash_at_write`
+    /// arms it.
+    #[derive(Debug, Default)]
+    pub(crate) struct CrashPlan {
+        /// (the call to die at, mutating calls so far, whether it died).
+        state: Mutex<(Option<u64>, u64, bool)>,
+    }
+
+    impl CrashPlan {
+        pub(crate) fn arm(&self, at: u64) {
+            *self.lock() = (Some(at), 0, false);
+        }
+
+        pub(crate) fn state(&self) -> (bool, u64) {
+            let state = self.lock();
+            (state.2, state.1)
+        }
+
+        fn lock(&self) -> std::sync::MutexGuard<'_, (Option<u64>, u64, bool)> {
+            self.state.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// Before any call: refused once the sink has died.
+        fn check(&self, path: &str) -> Result<(), BlobError> {
+            match self.lock().2 {
+                true => Err(dead(path)),
+                false => Ok(()),
+            }
+        }
+
+        /// Before a mutating call: refused if this is the armed one.
+        fn before_write(&self, path: &str) -> Result<(), BlobError> {
+            let mut state = self.lock();
+            if state.2 {
+                return Err(dead(path));
+            }
+            let Some(at) = state.0 else {
+                return Ok(());
+            };
+            state.1 += 1;
+            if state.1 == at {
+                state.2 = true;
+                return Err(dead(path));
+            }
+            Ok(())
+        }
+    }
+
+    fn dead(path: &str) -> BlobError {
+        BlobError::Io(format!(
+            "{path}: the sink crashed here (injected by the test)"
+        ))
+    }
+
+    fn installed() -> Result<Installed, BlobError> {
         ROOT.with(|r| r.borrow().clone()).ok_or_else(|| {
             BlobError::Denied(
                 "no blob store granted: run the sink through weir_sdk::native::NativeSink".into(),
             )
         })
+    }
+
+    fn root() -> Result<PathBuf, BlobError> {
+        installed().map(|(root, _)| root)
+    }
+
+    /// Fails a read once the sink has died.
+    fn reading(path: &str) -> Result<(), BlobError> {
+        installed()?.1.check(path)
+    }
+
+    /// Fails a mutating call at the planned crash, and every one after it.
+    fn writing(path: &str) -> Result<(), BlobError> {
+        installed()?.1.before_write(path)
     }
 
     /// Checks a relative path against the host's rules.
@@ -286,6 +391,7 @@ pub(crate) mod store {
 
     pub fn get(path: &str) -> Result<Vec<u8>, BlobError> {
         let full = resolve(path)?;
+        reading(path)?;
         if full.is_dir() {
             return Err(BlobError::NotFound(path.to_string()));
         }
@@ -294,6 +400,7 @@ pub(crate) mod store {
 
     pub fn get_range(path: &str, offset: u64, len: u64) -> Result<Vec<u8>, BlobError> {
         let full = resolve(path)?;
+        reading(path)?;
         if full.is_dir() {
             return Err(BlobError::NotFound(path.to_string()));
         }
@@ -335,6 +442,7 @@ pub(crate) mod store {
 
     pub fn put(path: &str, data: &[u8]) -> Result<(), BlobError> {
         let full = resolve(path)?;
+        writing(path)?;
         let temp = write_temp(path, &full, data)?;
         fs::rename(&temp, &full).map_err(|e| {
             let _ = fs::remove_file(&temp);
@@ -344,6 +452,7 @@ pub(crate) mod store {
 
     pub fn put_if_absent(path: &str, data: &[u8]) -> Result<(), BlobError> {
         let full = resolve(path)?;
+        writing(path)?;
         let temp = write_temp(path, &full, data)?;
         // A hard link fails if the target exists: the check and the write are
         // one atomic step.
@@ -372,6 +481,7 @@ pub(crate) mod store {
             return Err(BlobError::Denied(format!("{prefix:?}: malformed prefix")));
         }
         let root = root()?;
+        reading(prefix)?;
         let start = if folder.is_empty() {
             root.clone()
         } else {
@@ -453,6 +563,7 @@ pub(crate) mod store {
 
     pub fn delete(path: &str) -> Result<(), BlobError> {
         let full = resolve(path)?;
+        writing(path)?;
         match fs::remove_file(&full) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -592,6 +703,65 @@ mod tests {
             assert_eq!(blob::list("").unwrap().len(), 1);
             assert_eq!(std::fs::read_dir(root.join("x")).unwrap().count(), 1);
         });
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Writes one object per call, then reads them back, through a sink.
+    #[derive(Default)]
+    struct Writer;
+
+    impl Sink for Writer {
+        fn write(&mut self, batch: Batch) -> Result<()> {
+            blob::put(&format!("w/{}", batch.id), b"x")?;
+            Ok(())
+        }
+
+        fn commit(&mut self, _: CommitRequest) -> Result<()> {
+            blob::list("w/")?;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_planned_crash_stops_every_blob_call_from_its_write_on() {
+        let root = temp_root("crash");
+        let mut sink = NativeSink::new(Writer, &root);
+        let rows = crate::RecordBatch::try_from_iter([
+            (
+                crate::OP_COLUMN,
+                std::sync::Arc::new(arrow_array::StringArray::from(vec!["insert"]))
+                    as arrow_array::ArrayRef,
+            ),
+            (
+                crate::POS_COLUMN,
+                std::sync::Arc::new(arrow_array::BinaryArray::from_iter_values([[1u8]])),
+            ),
+        ])
+        .unwrap();
+        let ipc = encode_ipc(&rows);
+        let meta = |id: &str| BatchMeta {
+            table: crate::Table::new("t"),
+            id: id.into(),
+            low: vec![1],
+            high: vec![1],
+            rows: 1,
+        };
+        sink.crash_at_write(2);
+        sink.write(meta("a"), &ipc).unwrap();
+        assert_eq!(sink.crashed(), (false, 1));
+        assert!(sink.write(meta("b"), &ipc).is_err());
+        assert_eq!(sink.crashed(), (true, 2));
+        // Reads fail too once it died, and nothing more is written.
+        let request = CommitRequest {
+            table: "t".into(),
+            high: vec![1],
+            pipeline: "p".into(),
+            epoch: 1,
+        };
+        assert!(sink.commit(request).is_err());
+        assert!(sink.write(meta("c"), &ipc).is_err());
+        assert!(root.join("w/a").exists());
+        assert!(!root.join("w/b").exists() && !root.join("w/c").exists());
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -3,6 +3,11 @@
 
     read_iceberg.py pyiceberg|duckdb METADATA_JSON
 
+METADATA_JSON is a local path or an s3:// URL. For S3, WEIR_S3_ENDPOINT
+(http://host:port), AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+AWS_DEFAULT_REGION say where and how: each reader then goes through the S3
+API itself (pyarrow's S3 file system, DuckDB's httpfs), path-style.
+
 Prints one JSON object: the reader, the table's columns, every row as a list
 of canonical strings (null stays null), and the current snapshot's summary.
 Canonical forms, the same the Rust side builds from the generator's values:
@@ -39,10 +44,34 @@ def canonical_column(column: pa.ChunkedArray) -> list:
     return [None if v is None else str(v) for v in column.to_pylist()]
 
 
+def s3_settings():
+    """(endpoint URL, key id, secret, region) when reading through S3."""
+    endpoint = os.environ.get("WEIR_S3_ENDPOINT")
+    if not endpoint:
+        return None
+    return (
+        endpoint,
+        os.environ["AWS_ACCESS_KEY_ID"],
+        os.environ["AWS_SECRET_ACCESS_KEY"],
+        os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+    )
+
+
 def read_pyiceberg(metadata: str):
     from pyiceberg.table import StaticTable
 
-    table = StaticTable.from_metadata(metadata)
+    properties = {}
+    s3 = s3_settings()
+    if s3 is not None:
+        endpoint, key, secret, region = s3
+        properties = {
+            "s3.endpoint": endpoint,
+            "s3.access-key-id": key,
+            "s3.secret-access-key": secret,
+            "s3.region": region,
+            "s3.force-virtual-addressing": "false",
+        }
+    table = StaticTable.from_metadata(metadata, properties)
     snapshot = table.current_snapshot()
     summary = {}
     if snapshot is not None and snapshot.summary is not None:
@@ -52,21 +81,37 @@ def read_pyiceberg(metadata: str):
 
 
 def duckdb_connection():
-    """A DuckDB connection in UTC with the avro and iceberg extensions."""
+    """A DuckDB connection in UTC with the avro and iceberg extensions, and
+    httpfs with a secret for the S3 endpoint when reading through S3."""
     import duckdb
     import duckdb_extension_avro
     import duckdb_extension_iceberg
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    modules = [(duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")]
+    s3 = s3_settings()
+    if s3 is not None:
+        import duckdb_extension_httpfs
+
+        modules.append((duckdb_extension_httpfs, "httpfs"))
     # The extensions come from pip packages and load by file path: no
     # download at run time.
-    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
+    for module, name in modules:
         base = os.path.dirname(module.__file__)
         found = sorted(glob.glob(os.path.join(base, "extensions", "*", f"{name}.duckdb_extension")))
         if not found:
             raise SystemExit(f"no {name}.duckdb_extension under {base}")
         con.execute(f"LOAD '{found[-1]}'")
+    if s3 is not None:
+        endpoint, key, secret, region = s3
+        host = endpoint.split("://", 1)[-1].rstrip("/")
+        quote = lambda v: "'" + v.replace("'", "''") + "'"
+        con.execute(
+            f"CREATE SECRET weir_s3 (TYPE s3, KEY_ID {quote(key)}, SECRET {quote(secret)}, "
+            f"REGION {quote(region)}, ENDPOINT {quote(host)}, URL_STYLE 'path', "
+            f"USE_SSL {'true' if endpoint.startswith('https://') else 'false'})"
+        )
     return con
 
 

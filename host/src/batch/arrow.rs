@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int32Array,
-    Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, new_null_array,
+    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray,
+    Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, Time64MicrosecondArray,
+    TimestampMicrosecondArray, new_null_array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
@@ -19,7 +20,7 @@ pub(super) fn arrow_schema(table: &TableSchema, metadata: &[MetadataColumn]) -> 
     let columns = table
         .columns
         .iter()
-        .map(|c| Field::new(&c.name, c.data_type.clone(), true));
+        .map(|c| crate::change::field(&c.name, c.data_type.clone(), true));
     let metadata = metadata
         .iter()
         .map(|m| Field::new(&m.name, m.field.data_type(), false));
@@ -95,6 +96,19 @@ fn column_array<'a>(
         ),
         DataType::Utf8 => Arc::new(collect!(StringArray, Utf8, s => s.as_str())),
         DataType::Binary => Arc::new(collect!(BinaryArray, Binary, b => b.as_slice())),
+        DataType::FixedSizeBinary(width) => Arc::new(
+            FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                values.map(|v| match v {
+                    Value::Binary(b) => Some(b.as_slice()),
+                    _ => None,
+                }),
+                *width,
+            )
+            .expect("fixed-size values are checked by `fits`"),
+        ),
+        DataType::Time64(TimeUnit::Microsecond) => {
+            Arc::new(collect!(Time64MicrosecondArray, Int64))
+        }
         DataType::List(item) => {
             let mut lengths = Vec::with_capacity(len);
             let mut nulls = Vec::with_capacity(len);
@@ -162,6 +176,23 @@ pub(super) fn fits(value: &Value, data_type: &DataType) -> Result<(), String> {
         | (Value::Binary(_), DataType::Binary)
         | (Value::Date32(_), DataType::Date32)
         | (Value::TimestampMicros(_), DataType::Timestamp(TimeUnit::Microsecond, _)) => Ok(()),
+        (Value::Binary(bytes), DataType::FixedSizeBinary(width)) => {
+            if usize::try_from(*width) == Ok(bytes.len()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} bytes do not fit a fixed-size binary of {width}",
+                    bytes.len()
+                ))
+            }
+        }
+        (Value::Int64(micros), DataType::Time64(TimeUnit::Microsecond)) => {
+            if (0..86_400_000_000).contains(micros) {
+                Ok(())
+            } else {
+                Err(format!("{micros} microseconds is not a time of day"))
+            }
+        }
         (Value::Decimal128(unscaled), DataType::Decimal128(precision, _)) => {
             match 10u128.checked_pow((*precision).into()) {
                 Some(limit) if unscaled.unsigned_abs() >= limit => Err(format!(

@@ -5,7 +5,8 @@
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
+    Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, Time64MicrosecondType,
+    TimestampMicrosecondType,
 };
 use arrow_schema::DataType;
 
@@ -26,6 +27,12 @@ pub fn value_at(array: &dyn Array, row: usize) -> Value {
         }
         DataType::Utf8 => Value::Utf8(array.as_string::<i32>().value(row).to_string()),
         DataType::Binary => Value::Binary(array.as_binary::<i32>().value(row).to_vec()),
+        DataType::FixedSizeBinary(_) => {
+            Value::Binary(array.as_fixed_size_binary().value(row).to_vec())
+        }
+        DataType::Time64(_) => {
+            Value::Int64(array.as_primitive::<Time64MicrosecondType>().value(row))
+        }
         DataType::Date32 => Value::Date32(array.as_primitive::<Date32Type>().value(row)),
         DataType::Timestamp(_, _) => {
             Value::TimestampMicros(array.as_primitive::<TimestampMicrosecondType>().value(row))

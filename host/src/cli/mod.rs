@@ -2,6 +2,7 @@
 //! ([`render`]). Errors come back as one sentence for `main` to print.
 
 pub mod ctl;
+pub mod maintain;
 mod render;
 
 use std::path::PathBuf;
@@ -62,6 +63,25 @@ pub enum Command {
     Serve { host_file: PathBuf },
     /// Steer a running `weir serve`: pipelines, plugin swaps, readiness.
     Ctl(ctl::CtlArgs),
+    /// Maintain a pipeline's destinations now: compact small files and
+    /// expire old snapshots (docs/maintenance.md). Safe beside a running
+    /// `weir run` of the same pipeline.
+    Maintain {
+        pipeline: PathBuf,
+        /// Only this sink (default: every sink that exports maintenance).
+        #[arg(long)]
+        sink: Option<String>,
+        /// Only this source table (repeat for more; default: every table
+        /// the pipeline wrote).
+        #[arg(long = "table", value_name = "TABLE")]
+        tables: Vec<String>,
+        /// Compact (with neither --compact nor --expire: both).
+        #[arg(long)]
+        compact: bool,
+        /// Expire old snapshots and delete the files only they referenced.
+        #[arg(long)]
+        expire: bool,
+    },
     /// Work with plugin files.
     Plugin {
         #[command(subcommand)]
@@ -205,6 +225,35 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
                 Guarantee::CannotVerify => EXIT_CANNOT_VERIFY,
             }))
         }
+        Command::Maintain {
+            pipeline,
+            sink,
+            tables,
+            compact,
+            expire,
+        } => {
+            let what = [("compact", compact), ("expire", expire)]
+                .into_iter()
+                .filter(|(_, asked)| *asked)
+                .map(|(name, _)| name.to_string())
+                .collect();
+            let args = maintain::MaintainArgs {
+                pipeline: &pipeline,
+                sink: sink.as_deref(),
+                tables: &tables,
+                what,
+            };
+            let io = io_runtime()?;
+            let done = maintain::maintain(&args, io.handle());
+            io.shutdown_timeout(SHUTDOWN_GRACE);
+            for sink in done? {
+                println!("sink {}:", sink.sink);
+                for line in sink.report.lines() {
+                    println!("  {line}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve { host_file } => crate::serve::serve(&host_file),
         Command::Ctl(args) => ctl::dispatch(args),
     }
@@ -272,6 +321,34 @@ mod tests {
         Cli::try_parse_from(std::iter::once("weir").chain(args.iter().copied()))
             .expect("parses")
             .command
+    }
+
+    #[test]
+    fn maintain_takes_tables_and_kinds() {
+        let Command::Maintain {
+            pipeline,
+            sink,
+            tables,
+            compact,
+            expire,
+        } = parse(&[
+            "maintain",
+            "p.yaml",
+            "--sink",
+            "lake",
+            "--table",
+            "a",
+            "--table",
+            "b",
+            "--compact",
+        ])
+        else {
+            panic!("not maintain")
+        };
+        assert_eq!(pipeline, PathBuf::from("p.yaml"));
+        assert_eq!(sink.as_deref(), Some("lake"));
+        assert_eq!(tables, ["a", "b"]);
+        assert!(compact && !expire);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::runtime::{
 };
 use crate::source::Source;
 use crate::source::generator::{Generator, GeneratorConfig};
-use crate::source::postgres::{PostgresSettings, PostgresSource};
+use crate::source::postgres::{PieceLimits, PostgresSettings, PostgresSource};
 
 /// Builds the configured source.
 pub fn make_source(
@@ -43,7 +43,15 @@ pub fn make_source(
                 state_dir: config.state_dir(),
                 io: io.clone(),
             };
-            Ok(Box::new(PostgresSource::open(settings)?))
+            // A transaction bigger than a batch is handed on in pieces of
+            // a batch, so memory does not grow with it.
+            let pieces = PieceLimits {
+                changes: config.batch.max_rows,
+                bytes: config.batch.max_bytes,
+            };
+            Ok(Box::new(
+                PostgresSource::open(settings)?.with_piece_limits(pieces),
+            ))
         }
         SourceConfig::Generator(g) => Ok(Box::new(Generator::new(GeneratorConfig {
             seed: g.seed,

@@ -214,6 +214,21 @@ impl SinkInstance {
         self.finish(answer)
     }
 
+    /// Runs the sink's maintenance (`weir maintain`) and returns its report;
+    /// `None` from a sink without `maintenance`.
+    pub fn maintain(
+        &mut self,
+        pipeline: &str,
+        tables: &[String],
+        what: &[String],
+    ) -> Result<Option<String>, CallError> {
+        self.arm();
+        let answer = self
+            .exports
+            .maintain(&mut self.store, pipeline, tables, what);
+        self.finish(answer)
+    }
+
     /// Sets the CPU deadline for the next call, and forgets the output of
     /// earlier ones.
     fn arm(&mut self) {

@@ -66,7 +66,7 @@ pub struct PluginInfo {
     pub size: u64,
     /// The `weir:sink` package version the plugin was built against.
     pub wit_version: String,
-    /// Optional capabilities it exports (`positions`).
+    /// Optional capabilities it exports (`positions`, `maintenance`).
     pub capabilities: Vec<String>,
     /// The kinds of network access it imports (`http`, `tcp`): its sink's
     /// entry must grant them (`grants.http`, `grants.tcp`) before it loads.
@@ -81,6 +81,12 @@ impl PluginInfo {
     /// Whether the sink stores positions with its data (exactly-once).
     pub fn positioned(&self) -> bool {
         self.capabilities.iter().any(|c| c == "positions")
+    }
+
+    /// Whether the sink maintains its destination on demand
+    /// (`weir maintain`).
+    pub fn maintained(&self) -> bool {
+        self.capabilities.iter().any(|c| c == "maintenance")
     }
 }
 
@@ -156,17 +162,20 @@ impl Plugin {
                 path: path.to_path_buf(),
                 detail: format!("cannot be linked against this host: {e:#}"),
             })?;
-        let exports =
-            wit::ExportIndices::new(&info.wit_version, &pre, info.positioned()).map_err(|e| {
-                LoadError::Contract {
-                    path: path.to_path_buf(),
-                    detail: format!(
-                        "does not match {}@{}: {e:#}",
-                        wit::PACKAGE,
-                        info.wit_version
-                    ),
-                }
-            })?;
+        let exports = wit::ExportIndices::new(
+            &info.wit_version,
+            &pre,
+            info.positioned(),
+            info.maintained(),
+        )
+        .map_err(|e| LoadError::Contract {
+            path: path.to_path_buf(),
+            detail: format!(
+                "does not match {}@{}: {e:#}",
+                wit::PACKAGE,
+                info.wit_version
+            ),
+        })?;
         Ok(Plugin { info, pre, exports })
     }
 
@@ -264,12 +273,11 @@ fn inspect_component(
             ),
         });
     }
-    let positions = wit::interface_name("positions", &wit_version);
-    let capabilities = if exports.contains(&positions) {
-        vec!["positions".to_string()]
-    } else {
-        Vec::new()
-    };
+    let capabilities = ["positions", "maintenance"]
+        .into_iter()
+        .filter(|c| exports.contains(&wit::interface_name(c, &wit_version)))
+        .map(str::to_string)
+        .collect();
     Ok(PluginInfo {
         path: path.to_path_buf(),
         sha256: sha256.to_string(),

@@ -60,6 +60,12 @@ enum Job {
     Abort {
         table: String,
     },
+    Maintain {
+        pipeline: String,
+        tables: Vec<String>,
+        what: Vec<String>,
+        reply: Sender<Result<Option<String>, CallError>>,
+    },
 }
 
 /// What the worker of one sink is doing, shared between its thread and
@@ -313,6 +319,23 @@ impl SinkWorker {
         self.call(|reply| Job::Commit { request, reply })
     }
 
+    /// Runs the sink's maintenance (`weir maintain`): its report, or `None`
+    /// from a sink without `maintenance`. Retried like a commit when the
+    /// sink answers retryable.
+    pub fn maintain(
+        &self,
+        pipeline: &str,
+        tables: &[String],
+        what: &[String],
+    ) -> Pending<Option<String>> {
+        self.call(|reply| Job::Maintain {
+            pipeline: pipeline.to_string(),
+            tables: tables.to_vec(),
+            what: what.to_vec(),
+            reply,
+        })
+    }
+
     /// Drops what is staged for `table`; nobody waits for the answer.
     pub fn abort(&self, table: &str) {
         if self.watch.stalled().is_none() {
@@ -444,6 +467,21 @@ fn worker_main(
                 note_broken(&result, &mut broken);
                 let _ = reply.send(result);
             }
+            Job::Maintain {
+                pipeline,
+                tables,
+                what,
+                reply,
+            } => {
+                let result = match &broken {
+                    Some(e) => Err(e.clone()),
+                    None => with_retries(&spec.name, &spec.metrics, &backoff, || {
+                        watch.run("maintain", || instance.maintain(&pipeline, &tables, &what))
+                    }),
+                };
+                note_broken(&result, &mut broken);
+                let _ = reply.send(result);
+            }
             Job::Abort { table } => {
                 if broken.is_none()
                     && let Err(e) = watch.run("abort", || instance.abort(&table))
@@ -461,12 +499,12 @@ fn worker_main(
 /// Runs `call`, and again after a pause each time the sink answers
 /// retryable, as often as `backoff` allows. Each try has its own wall-clock
 /// bound (the waiter measures from the start of the try under way).
-fn with_retries(
+fn with_retries<T>(
     sink: &str,
     metrics: &SinkMetrics,
     backoff: &ExponentialBuilder,
-    call: impl FnMut() -> Result<(), CallError>,
-) -> Result<(), CallError> {
+    call: impl FnMut() -> Result<T, CallError>,
+) -> Result<T, CallError> {
     let mut attempt = 0;
     call.retry(backoff)
         .sleep(std::thread::sleep)
@@ -483,7 +521,7 @@ fn with_retries(
         .call()
 }
 
-fn note_broken(result: &Result<(), CallError>, broken: &mut Option<CallError>) {
+fn note_broken<T>(result: &Result<T, CallError>, broken: &mut Option<CallError>) {
     if let Err(e) = result
         && !matches!(e, CallError::Sink(_))
     {

@@ -1,5 +1,5 @@
-//! Producing a snapshot that adds data files and equality-delete files, and
-//! the table metadata that makes it current.
+//! Producing a snapshot that adds data files and delete files (position or
+//! equality deletes), and the table metadata that makes it current.
 //!
 //! Hand-written because `iceberg` 0.10.1 has no row-delta action (its
 //! `fast_append` refuses delete files) and its `TableCommit` cannot be built
@@ -10,9 +10,11 @@
 //! (the crate's `update_snapshot_summaries` is private), and the retry on a
 //! lost race, which reuses the manifests already written.
 //!
-//! Sequence numbers do the upsert: an equality delete applies to data files
-//! with a *smaller* data sequence number, so the deletes of snapshot N remove
-//! the older rows of the keys it rewrites but never the rows it adds.
+//! In equality mode sequence numbers do the upsert: an equality delete
+//! applies to data files with a *smaller* data sequence number, so the
+//! deletes of snapshot N remove the older rows of the keys it rewrites but
+//! never the rows it adds. Position deletes name the file and row they
+//! remove, so they need no such rule.
 
 use std::collections::HashMap;
 
@@ -52,7 +54,8 @@ pub fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
     }
 }
 
-/// Writes the manifests for `files` (data and equality-delete files).
+/// Writes the manifests for `files` (data files, and delete files of either
+/// kind in one delete manifest).
 pub async fn write_manifests(
     file_io: &FileIO,
     metadata: &TableMetadata,

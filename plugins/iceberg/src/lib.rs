@@ -9,8 +9,10 @@
 //!   a commit is one atomic `put_if_absent` of the next `vN.metadata.json`.
 //! - A table is created from its first batch: the batch's columns, the
 //!   pipeline's key columns as identifier fields. `append` tables get one row
-//!   per change; `upsert` tables mirror the source through equality deletes
-//!   on the key ([`commit`]).
+//!   per change; `upsert` tables mirror the source. By default a commit
+//!   deletes the old row of every changed key by position, found through a
+//!   key index ([`index`]); with `delete_mode: equality` it writes equality
+//!   deletes on the key instead ([`commit`]).
 //! - Exactly-once: the commit's high position, pipeline, source table and
 //!   epoch go into the summary of the snapshot that adds the files, in the
 //!   same metadata commit; [`Positions::committed`] reads them back.
@@ -22,6 +24,9 @@
 //! | `warehouse` | required: the URL readers reach the blob store root at, e.g. `file:///srv/lake`, `s3://bucket/lake` |
 //! | `catalog` | `filesystem` (the default and, for now, the only one) |
 //! | `target_file_size_mb` | data files roll over at this size (default 128) |
+//! | `delete_mode` | upsert tables: `position` (default) or `equality` |
+//! | `index_checkpoint_commits` | store the key index every this many commits (default 50) |
+//! | `partition.<namespace>.<table>` | the partition spec a new destination table gets, e.g. `day(created_at), bucket(16, id)` ([`partition`]) |
 
 use std::collections::{HashMap, HashSet};
 
@@ -33,6 +38,9 @@ use weir_sdk::{Batch, CommitRequest, Committed, Config, Positions, Result, Sink,
 pub mod catalog;
 pub mod commit;
 pub mod files;
+pub mod index;
+pub mod maintenance;
+pub mod partition;
 pub mod schema;
 pub mod storage;
 mod table_commit;
@@ -68,6 +76,24 @@ pub struct IcebergSink {
     tables: HashMap<String, Option<Loaded>>,
     /// Source tables whose destination index entry this instance wrote.
     indexed: HashSet<String>,
+    /// The key index of each upsert table written in position mode, by its
+    /// blob path; kept across commits, dropped on any failed commit.
+    key_indexes: HashMap<String, index::Index>,
+    /// Compaction and snapshot expiry ([`maintenance`]).
+    maintenance: maintenance::Maintenance,
+    /// Tables whose partition spec was compared with the config.
+    specs_checked: HashSet<String>,
+}
+
+/// How an upsert commit removes the older rows of the keys it changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteMode {
+    /// Position deletes against the files the key index points to: every
+    /// engine reads them.
+    Position,
+    /// Equality deletes on the key: no index, but readers apply every one
+    /// to every older file, and some (pyiceberg 0.12) refuse them.
+    Equality,
 }
 
 struct Settings {
@@ -75,6 +101,45 @@ struct Settings {
     file_io: FileIO,
     catalog: FsCatalog,
     target_file_size: usize,
+    delete_mode: DeleteMode,
+    checkpoint_every: u64,
+    /// The configured partition spec of destination tables, by blob path.
+    partitions: HashMap<String, ConfiguredSpec>,
+}
+
+/// A partition spec from the config.
+struct ConfiguredSpec {
+    /// The config key it came from, for messages.
+    key: String,
+    terms: Vec<partition::Term>,
+}
+
+/// The `partition.<namespace>.<table>` entries of the config, by table path.
+fn configured_specs(config: &Config) -> Result<HashMap<String, ConfiguredSpec>> {
+    let mut specs: HashMap<String, ConfiguredSpec> = HashMap::new();
+    for (key, value) in config.iter() {
+        let Some(destination) = key.strip_prefix(partition::CONFIG_PREFIX) else {
+            continue;
+        };
+        let path = destination_path(destination)
+            .map_err(|e| SinkError::Fatal(format!("config key `{key}`: {e}")))?;
+        let terms = partition::parse(value)
+            .map_err(|e| SinkError::Fatal(format!("config key `{key}`: {e}")))?;
+        if let Some(other) = specs.get(&path) {
+            return Err(SinkError::Fatal(format!(
+                "config keys `{}` and `{key}` both give the partition spec of table {path}",
+                other.key
+            )));
+        }
+        specs.insert(
+            path,
+            ConfiguredSpec {
+                key: key.to_string(),
+                terms,
+            },
+        );
+    }
+    Ok(specs)
 }
 
 impl Sink for IcebergSink {
@@ -101,11 +166,32 @@ impl Sink for IcebergSink {
                 "config key `target_file_size_mb` must be at least 1".into(),
             ));
         }
+        let delete_mode = match config.get("delete_mode").unwrap_or("position") {
+            "position" => DeleteMode::Position,
+            "equality" => DeleteMode::Equality,
+            other => {
+                return Err(SinkError::Fatal(format!(
+                    "config key `delete_mode`: unknown mode {other:?} (expected `position` or \
+                     `equality`)"
+                )));
+            }
+        };
+        let checkpoint_every: u64 = config.parse("index_checkpoint_commits", 50)?;
+        if checkpoint_every == 0 {
+            return Err(SinkError::Fatal(
+                "config key `index_checkpoint_commits` must be at least 1".into(),
+            ));
+        }
+        let partitions = configured_specs(config)?;
+        self.maintenance = maintenance::Maintenance::from_config(config, target_mb << 20)?;
         self.settings = Some(Settings {
             pipeline: pipeline.to_string(),
             file_io: warehouse.file_io(),
             catalog: FsCatalog::new(warehouse),
             target_file_size: target_mb << 20,
+            delete_mode,
+            checkpoint_every,
+            partitions,
         });
         Ok(())
     }
@@ -167,12 +253,14 @@ impl Sink for IcebergSink {
             self.indexed.insert(table.name.clone());
         }
         let known = self.tables.get(&path).cloned();
+        let mut key_index = self.key_indexes.remove(&path);
         let mut work = TableCommit {
             settings,
             request: &request,
             table: &table,
             path: &path,
             staged,
+            key_index: &mut key_index,
         };
         storage::take_io_failure();
         let result = runtime.block_on(work.run(known));
@@ -187,10 +275,19 @@ impl Sink for IcebergSink {
         });
         match result {
             Ok(loaded) => {
+                let loaded = self.maintenance.after_commit(settings, runtime, &path, loaded);
+                if self.specs_checked.insert(path.clone()) {
+                    warn_on_other_spec(settings, &table, &path, &loaded.metadata);
+                }
+                if let Some(key_index) = key_index {
+                    self.key_indexes.insert(path.clone(), key_index);
+                }
                 self.tables.insert(path, Some(loaded));
                 self.staged.remove(&request.table);
                 Ok(())
             }
+            // The index was left out of the map: after a failure it is
+            // rebuilt from its checkpoint and the table, which hold the truth.
             Err((error, reload)) => {
                 if reload {
                     self.tables.remove(&path);
@@ -239,6 +336,37 @@ impl IcebergSink {
             self.runtime = Some(runtime);
         }
         Ok(())
+    }
+}
+
+/// An existing table keeps its partition spec: say so when the config asks
+/// for another one.
+fn warn_on_other_spec(
+    settings: &Settings,
+    table: &weir_sdk::Table,
+    path: &str,
+    metadata: &TableMetadata,
+) {
+    let Some(configured) = settings.partitions.get(path) else {
+        return;
+    };
+    let spec = metadata.default_partition_spec();
+    let schema = metadata.current_schema();
+    if !partition::same(spec, schema, &configured.terms) {
+        let wanted: Vec<String> = configured
+            .terms
+            .iter()
+            .map(|t| partition::describe_term(&t.transform, &t.column))
+            .collect();
+        weir_sdk::log::warn(format!(
+            "table {}: Iceberg table {path} exists with partition spec `{}`; config key `{}` \
+             asks for `{}`, which applies only when the table is created; the table keeps its \
+             spec",
+            table.name,
+            partition::describe(spec, schema),
+            configured.key,
+            wanted.join(", ")
+        ));
     }
 }
 

@@ -1,18 +1,27 @@
-//! One commit of one table: the staged batches become data (and, for
-//! upsert tables, equality-delete) files and a new metadata version that
-//! carries the position, pipeline and epoch in its snapshot summary.
+//! One commit of one table: the staged batches become data files (and, for
+//! upsert tables, position-delete or equality-delete files) and a new
+//! metadata version that carries the position, pipeline and epoch in its
+//! snapshot summary.
+//!
+//! In position mode the key index says which file and row hold the current
+//! row of each changed key. It is touched only after the metadata commit
+//! succeeded, and dropped on any failure, so it never runs ahead of the
+//! table; its checkpoints name committed snapshots only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, UInt32Array};
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow_row::{OwnedRow, RowConverter, SortField};
 use iceberg::spec::{
-    FormatVersion, Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+    DataFile, FormatVersion, Schema, SortOrder, Struct, TableMetadata, TableMetadataBuilder,
+    UnboundPartitionSpec,
 };
 use weir_sdk::{Batch, CommitRequest, Mode, Op, SinkError};
 
 use crate::catalog::{Catalog, CommitError, Loaded};
+use crate::index::{Index, KeyHash};
+use crate::partition::{Partitioner, split};
 use crate::*;
 
 /// One commit of one table, from the staged batches to the new metadata.
@@ -22,6 +31,20 @@ pub(crate) struct TableCommit<'a> {
     pub(crate) table: &'a weir_sdk::Table,
     pub(crate) path: &'a str,
     pub(crate) staged: &'a [Batch],
+    /// The table's key index (position mode), if this instance has one.
+    pub(crate) key_index: &'a mut Option<Index>,
+}
+
+/// What a position-mode commit changes in the key index once it is
+/// committed.
+struct IndexChange {
+    /// Keys whose last change is a delete.
+    deleted: Vec<KeyHash>,
+    /// The key of every data row, in the order the rows were written.
+    written: Vec<KeyHash>,
+    /// `written` split by data file: (file location, its partition, its keys
+    /// in row order).
+    files: Vec<(String, Struct, Vec<KeyHash>)>,
 }
 
 /// An error, and whether the cached table metadata must be dropped.
@@ -126,7 +149,22 @@ impl TableCommit<'_> {
         }
 
         let upsert = self.table.mode == Mode::Upsert && !self.table.key_columns.is_empty();
-        let (data, deletes, equality_ids) = if upsert {
+        let by_position = upsert && self.settings.delete_mode == DeleteMode::Position;
+        let prefix = uuid::Uuid::new_v4().to_string();
+        let spec = files::FileSpec {
+            file_io: &self.settings.file_io,
+            table_location: base.metadata.location(),
+            prefix: &prefix,
+            target_file_size: self.settings.target_file_size,
+        };
+        let partitioner = Partitioner::new(
+            base.metadata.default_partition_spec().clone(),
+            table_schema.clone(),
+        )
+        .map_err(|e| self.failed("cannot compute the table's partitions", e))?;
+        let partitioner = partitioner.as_ref();
+        let mut index_change = None;
+        let new_files = if upsert {
             let ids: Vec<i32> = table_schema.identifier_field_ids().collect();
             if ids.is_empty() {
                 return Err(self.poison(
@@ -147,30 +185,63 @@ impl TableCommit<'_> {
                 })
                 .collect();
             let ops: Vec<&[Op]> = self.staged.iter().map(|b| b.ops()).collect();
-            let (data, deletes) = split_upsert(&conformed, &ops, &key_index)
+            let winners = fold_by_key(&conformed, &key_index)
                 .map_err(|e| self.poison(format!("cannot fold the batch by key: {e}")))?;
-            (data, deletes, ids)
+            let (data, deletes) = split_winners(&conformed, &ops, &winners, !by_position)
+                .map_err(|e| self.poison(format!("cannot fold the batch by key: {e}")))?;
+            if by_position {
+                let (files, change) = self
+                    .write_by_position(
+                        &spec,
+                        &base.metadata,
+                        &table_schema,
+                        partitioner,
+                        &ids,
+                        &key_index,
+                        &conformed,
+                        &ops,
+                        &winners,
+                        &data,
+                    )
+                    .await?;
+                index_change = Some(change);
+                files
+            } else {
+                let mut files: Vec<DataFile> = self
+                    .write_rows(&spec, &table_schema, partitioner, &data)
+                    .await?
+                    .into_iter()
+                    .flat_map(|(_, _, files)| files)
+                    .collect();
+                let groups = split(partitioner, &deletes)
+                    .map_err(|e| self.failed("cannot split the deletes by partition", e))?;
+                for (n, group) in groups.into_iter().enumerate() {
+                    let key = group
+                        .partition
+                        .zip(partitioner)
+                        .map(|(value, p)| p.key(value));
+                    files.extend(
+                        files::write_deletes(
+                            &spec,
+                            table_schema.clone(),
+                            ids.clone(),
+                            key,
+                            n,
+                            &group.batches,
+                        )
+                        .await
+                        .map_err(|e| self.failed("cannot write equality-delete files", e))?,
+                    );
+                }
+                files
+            }
         } else {
-            (conformed, Vec::new(), Vec::new())
+            self.write_rows(&spec, &table_schema, partitioner, &conformed)
+                .await?
+                .into_iter()
+                .flat_map(|(_, _, files)| files)
+                .collect()
         };
-
-        let prefix = uuid::Uuid::new_v4().to_string();
-        let spec = files::FileSpec {
-            file_io: &self.settings.file_io,
-            table_location: base.metadata.location(),
-            prefix: &prefix,
-            target_file_size: self.settings.target_file_size,
-        };
-        let mut new_files = files::write_data(&spec, table_schema.clone(), &data)
-            .await
-            .map_err(|e| self.failed("cannot write data files", e))?;
-        if !deletes.is_empty() {
-            new_files.extend(
-                files::write_deletes(&spec, table_schema.clone(), equality_ids, &deletes)
-                    .await
-                    .map_err(|e| self.failed("cannot write equality-delete files", e))?,
-            );
-        }
         let properties = HashMap::from([
             (POSITION_KEY.to_string(), hex::encode(&self.request.high)),
             (EPOCH_KEY.to_string(), self.request.epoch.to_string()),
@@ -200,7 +271,12 @@ impl TableCommit<'_> {
             .await
             .map_err(|e| self.failed("cannot build the next table metadata", e))?;
             match catalog.commit(self.path, &base, next) {
-                Ok(committed) => return Ok(committed),
+                Ok(committed) => {
+                    if by_position {
+                        self.record_in_index(&committed, index_change.as_ref())?;
+                    }
+                    return Ok(committed);
+                }
                 Err(CommitError::Failed(e)) => {
                     return Err(self.failed("cannot commit the table metadata", e));
                 }
@@ -251,6 +327,21 @@ impl TableCommit<'_> {
                     true,
                 ));
             }
+            if by_position && files_changed(&base.metadata, &newer.metadata) {
+                // Our position deletes were computed against the files of
+                // the version we read; another writer changed them (a
+                // compaction, another pipeline's rows): recompute on retry.
+                *self.key_index = None;
+                return Err((
+                    SinkError::Retryable(format!(
+                        "table {}: Iceberg table {} changed its files during the commit; \
+                         the commit is recomputed against them",
+                        self.name(),
+                        self.path
+                    )),
+                    true,
+                ));
+            }
             base = newer;
         }
         Err((
@@ -264,6 +355,259 @@ impl TableCommit<'_> {
         ))
     }
 
+    /// Makes the key index reflect `metadata`'s current snapshot: catches up
+    /// the one in memory, or loads the stored checkpoint (or rebuilds).
+    async fn prepare_index(
+        &mut self,
+        metadata: &TableMetadata,
+        ids: &[i32],
+    ) -> std::result::Result<(), Failed> {
+        let settings = self.settings;
+        if let Some(index) = self.key_index.as_mut() {
+            match index.catch_up(&settings.file_io, metadata).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(why)) => weir_sdk::log::info(format!(
+                    "table {}: reloading the key index of {}: {why}",
+                    self.table.name, self.path
+                )),
+                Err(e) => {
+                    *self.key_index = None;
+                    return Err(self.failed("cannot catch up the key index", e));
+                }
+            }
+            *self.key_index = None;
+        }
+        let index = Index::open(&settings.file_io, self.path, metadata, ids)
+            .await
+            .map_err(|e| self.failed("cannot load the key index", e))?;
+        *self.key_index = Some(index);
+        Ok(())
+    }
+
+    /// Writes the data files of the winning rows and one position-delete
+    /// file for the keys the index knows, and says what the commit will
+    /// change in the index.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_by_position(
+        &mut self,
+        spec: &files::FileSpec<'_>,
+        metadata: &TableMetadata,
+        schema: &Arc<Schema>,
+        partitioner: Option<&Partitioner>,
+        ids: &[i32],
+        key_columns: &[usize],
+        conformed: &[RecordBatch],
+        ops: &[&[Op]],
+        winners: &[Vec<u32>],
+        data: &[RecordBatch],
+    ) -> std::result::Result<(Vec<iceberg::spec::DataFile>, IndexChange), Failed> {
+        let mut change = IndexChange {
+            deleted: Vec::new(),
+            written: Vec::new(),
+            files: Vec::new(),
+        };
+        if winners.iter().all(Vec::is_empty) {
+            return Ok((Vec::new(), change));
+        }
+        self.prepare_index(metadata, ids).await?;
+        let index = self.key_index.as_ref().expect("prepared above");
+        // The rows to delete, by the partition of the data file holding them.
+        let mut positions: HashMap<Struct, Vec<(String, i64)>> = HashMap::new();
+        for (b, rows) in winners.iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let take = UInt32Array::from(rows.clone());
+            let mut keys: Vec<ArrayRef> = Vec::with_capacity(key_columns.len());
+            for &c in key_columns {
+                keys.push(
+                    arrow_select::take::take(conformed[b].column(c), &take, None)
+                        .map_err(|e| self.poison(format!("cannot take the key columns: {e}")))?,
+                );
+            }
+            let hashes = index
+                .hasher()
+                .hash_columns(&keys)
+                .map_err(|e| self.poison(format!("cannot hash the keys: {e}")))?;
+            for (&r, key) in rows.iter().zip(hashes) {
+                if let Some((file, row)) = index.locate(&key) {
+                    positions
+                        .entry(file.partition.clone())
+                        .or_default()
+                        .push((file.path.clone(), i64::from(row)));
+                }
+                if ops[b][r as usize] == Op::Delete {
+                    change.deleted.push(key);
+                } else {
+                    change.written.push(key);
+                }
+            }
+        }
+        let mut written = Vec::new();
+        let mut mapped = 0usize;
+        for (partition, rows, files) in self.write_rows(spec, schema, partitioner, data).await? {
+            // Rows went into each partition's files in order (see
+            // `files::write_data`): the first file holds the partition's
+            // first rows, and so on.
+            let mut at = 0usize;
+            for file in &files {
+                let count = file.record_count() as usize;
+                let numbers = rows.get(at..at + count).ok_or_else(|| {
+                    self.failed(
+                        "cannot map rows to data files",
+                        iceberg::Error::new(
+                            iceberg::ErrorKind::Unexpected,
+                            format!(
+                                "the data files of a partition hold more rows than its {}",
+                                rows.len()
+                            ),
+                        ),
+                    )
+                })?;
+                let mut keys = Vec::with_capacity(count);
+                for &n in numbers {
+                    keys.push(*change.written.get(n).ok_or_else(|| {
+                        self.failed(
+                            "cannot map rows to data files",
+                            iceberg::Error::new(
+                                iceberg::ErrorKind::Unexpected,
+                                format!("row {n} of {} written", change.written.len()),
+                            ),
+                        )
+                    })?);
+                }
+                change.files.push((
+                    file.file_path().to_string(),
+                    partition.clone().unwrap_or_else(Struct::empty),
+                    keys,
+                ));
+                at += count;
+            }
+            if at != rows.len() {
+                return Err(self.failed(
+                    "cannot map rows to data files",
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::Unexpected,
+                        format!(
+                            "{} rows of a partition written, its data files hold {at}",
+                            rows.len()
+                        ),
+                    ),
+                ));
+            }
+            mapped += at;
+            written.extend(files);
+        }
+        if mapped != change.written.len() {
+            return Err(self.failed(
+                "cannot map rows to data files",
+                iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    format!(
+                        "{} rows written, the data files hold {mapped}",
+                        change.written.len()
+                    ),
+                ),
+            ));
+        }
+        let mut positions: Vec<(Struct, Vec<(String, i64)>)> = positions.into_iter().collect();
+        positions.sort_by(|a, b| a.1.first().cmp(&b.1.first()));
+        for (n, (value, rows)) in positions.into_iter().enumerate() {
+            let partition = partitioner.map(|p| files::DeletePartition {
+                value,
+                spec_id: p.spec_id(),
+                part: n,
+            });
+            written.extend(
+                files::write_position_deletes(spec, partition, rows)
+                    .await
+                    .map_err(|e| self.failed("cannot write a position-delete file", e))?,
+            );
+        }
+        Ok((written, change))
+    }
+
+    /// Writes `batches` as data files, one set per partition: (partition,
+    /// the numbers of its rows among all rows of `batches`, its files).
+    async fn write_rows(
+        &self,
+        spec: &files::FileSpec<'_>,
+        schema: &Arc<Schema>,
+        partitioner: Option<&Partitioner>,
+        batches: &[RecordBatch],
+    ) -> std::result::Result<Vec<(Option<Struct>, Vec<usize>, Vec<DataFile>)>, Failed> {
+        let groups = split(partitioner, batches)
+            .map_err(|e| self.failed("cannot split the rows by partition", e))?;
+        let mut out = Vec::with_capacity(groups.len());
+        for (n, group) in groups.into_iter().enumerate() {
+            let key = group
+                .partition
+                .clone()
+                .zip(partitioner)
+                .map(|(value, p)| p.key(value));
+            let files = files::write_partition_data(spec, schema.clone(), key, n, &group.batches)
+                .await
+                .map_err(|e| self.failed("cannot write data files", e))?;
+            out.push((group.partition, group.rows, files));
+        }
+        Ok(out)
+    }
+
+    /// After a successful metadata commit: the index follows it (when it
+    /// was at the parent; otherwise it catches up next time) and is stored
+    /// when a checkpoint is due. Failing to store it costs a longer catch-up
+    /// later, never the commit.
+    fn record_in_index(
+        &mut self,
+        committed: &Loaded,
+        change: Option<&IndexChange>,
+    ) -> std::result::Result<(), Failed> {
+        let Some(index) = self.key_index.as_mut() else {
+            return Ok(());
+        };
+        let Some(snapshot) = committed.metadata.current_snapshot() else {
+            return Ok(());
+        };
+        if snapshot.parent_snapshot_id() != index.snapshot_id() {
+            return Ok(());
+        }
+        let (deleted, files) = change
+            .map(|c| (c.deleted.as_slice(), c.files.as_slice()))
+            .unwrap_or((&[], &[]));
+        if let Err(e) = index.record_partitioned_commit(
+            snapshot.snapshot_id(),
+            snapshot.sequence_number(),
+            deleted,
+            files,
+        ) {
+            weir_sdk::log::warn(format!(
+                "table {}: dropping the key index of {}: {e}",
+                self.table.name, self.path
+            ));
+            *self.key_index = None;
+            return Ok(());
+        }
+        crash_point(self.table, "after-metadata-commit")?;
+        if index.checkpoint_due(self.settings.checkpoint_every) {
+            match index.write_checkpoint(self.path) {
+                Ok(()) => {
+                    crash_point(self.table, "after-checkpoint-write")?;
+                    if let Err(e) = index.remove_older_checkpoints(self.path) {
+                        weir_sdk::log::warn(format!(
+                            "table {}: cannot remove older key index checkpoints of {}: {e}",
+                            self.table.name, self.path
+                        ));
+                    }
+                }
+                Err(e) => weir_sdk::log::warn(format!(
+                    "table {}: cannot store the key index of {}: {e}",
+                    self.table.name, self.path
+                )),
+            }
+        }
+        Ok(())
+    }
+
     /// Creates the table from the first staged batch.
     async fn create(&self) -> std::result::Result<Loaded, Failed> {
         let first = &self.staged[0];
@@ -274,6 +618,21 @@ impl TableCommit<'_> {
         };
         let schema =
             schema::new_schema(&first.data().schema(), keys).map_err(|e| self.poison(e))?;
+        let partition_spec = match self.settings.partitions.get(self.path) {
+            None => UnboundPartitionSpec::builder().build(),
+            Some(configured) => {
+                let upsert_keys = (!keys.is_empty()).then_some(keys);
+                partition::unbound_spec(&configured.terms, &schema, upsert_keys).map_err(|e| {
+                    (
+                        SinkError::Fatal(format!(
+                            "table {} (Iceberg table {}): config key `{}`: {e}",
+                            self.table.name, self.table.destination, configured.key
+                        )),
+                        false,
+                    )
+                })?
+            }
+        };
         let catalog = &self.settings.catalog;
         let properties = HashMap::from([
             ("write.format.default".to_string(), "parquet".to_string()),
@@ -284,7 +643,7 @@ impl TableCommit<'_> {
         ]);
         let metadata = TableMetadataBuilder::new(
             schema,
-            UnboundPartitionSpec::builder().build(),
+            partition_spec,
             SortOrder::unsorted_order(),
             catalog.table_location(self.path),
             FormatVersion::V2,
@@ -320,17 +679,14 @@ impl TableCommit<'_> {
     }
 }
 
-/// Folds staged batches by key (the last change to a key wins, across
-/// batches) and splits them into the rows to add (everything but deletes)
-/// and the keys to delete first (every changed key: the equality delete
-/// removes the older row, the added row has a newer sequence number).
-fn split_upsert(
+/// Folds staged batches by key: the last change to a key wins, across
+/// batches. The winning rows of each batch, in row order.
+fn fold_by_key(
     batches: &[RecordBatch],
-    ops: &[&[Op]],
     key_index: &[usize],
-) -> std::result::Result<(Vec<RecordBatch>, Vec<RecordBatch>), arrow_schema::ArrowError> {
+) -> std::result::Result<Vec<Vec<u32>>, arrow_schema::ArrowError> {
     let Some(first) = batches.first() else {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(Vec::new());
     };
     let sort_fields = key_index
         .iter()
@@ -349,20 +705,37 @@ fn split_upsert(
     for (b, r) in last.into_values() {
         winners[b].push(r);
     }
+    for rows in &mut winners {
+        rows.sort_unstable();
+    }
+    Ok(winners)
+}
+
+/// The rows to add (every winner but deletes, batch by batch in row order)
+/// and, when `equality_deletes`, the keys to delete first (every winner: the
+/// equality delete removes the older row, the added row has a newer
+/// sequence number).
+fn split_winners(
+    batches: &[RecordBatch],
+    ops: &[&[Op]],
+    winners: &[Vec<u32>],
+    equality_deletes: bool,
+) -> std::result::Result<(Vec<RecordBatch>, Vec<RecordBatch>), arrow_schema::ArrowError> {
     let mut data = Vec::new();
     let mut deletes = Vec::new();
-    for (b, mut rows) in winners.into_iter().enumerate() {
+    for (b, rows) in winners.iter().enumerate() {
         if rows.is_empty() {
             continue;
         }
-        rows.sort_unstable();
         let keep: Vec<u32> = rows
             .iter()
             .copied()
             .filter(|&r| ops[b][r as usize] != Op::Delete)
             .collect();
-        let all = UInt32Array::from(rows);
-        deletes.push(arrow_select::take::take_record_batch(&batches[b], &all)?);
+        if equality_deletes {
+            let all = UInt32Array::from(rows.clone());
+            deletes.push(arrow_select::take::take_record_batch(&batches[b], &all)?);
+        }
         if !keep.is_empty() {
             data.push(arrow_select::take::take_record_batch(
                 &batches[b],
@@ -373,4 +746,51 @@ fn split_upsert(
     Ok((data, deletes))
 }
 
-weir_sdk::export_positioned_sink!(IcebergSink);
+/// Whether the snapshots `newer` has beyond `base`'s current one changed
+/// any file (by the running totals every writer we know keeps; a snapshot
+/// without them counts as a change).
+fn files_changed(base: &TableMetadata, newer: &TableMetadata) -> bool {
+    let totals = |s: &iceberg::spec::SnapshotRef| {
+        let p = &s.summary().additional_properties;
+        (
+            p.get("total-data-files").cloned(),
+            p.get("total-delete-files").cloned(),
+        )
+    };
+    let stop = base.current_snapshot();
+    let before = match stop {
+        Some(s) => totals(s),
+        None => (Some("0".to_string()), Some("0".to_string())),
+    };
+    if before.0.is_none() || before.1.is_none() {
+        return true;
+    }
+    let mut snapshot = newer.current_snapshot();
+    while let Some(s) = snapshot {
+        if Some(s.snapshot_id()) == stop.map(|b| b.snapshot_id()) {
+            return false;
+        }
+        if totals(s) != before {
+            return true;
+        }
+        snapshot = s
+            .parent_snapshot_id()
+            .and_then(|id| newer.snapshot_by_id(id));
+    }
+    // `base`'s snapshot is not an ancestor of the new one.
+    stop.is_some()
+}
+
+/// A test stops the sink here as a crash would: the call fails and the test
+/// drops the instance.
+fn crash_point(table: &weir_sdk::Table, at: &'static str) -> std::result::Result<(), Failed> {
+    if crate::index::crash_now(at) {
+        return Err((
+            SinkError::Fatal(format!("table {}: injected crash {at}", table.name)),
+            true,
+        ));
+    }
+    Ok(())
+}
+
+weir_sdk::export_positioned_sink!(IcebergSink, maintenance);

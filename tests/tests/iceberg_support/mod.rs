@@ -201,8 +201,9 @@ pub fn read_python(reader: &str, metadata: &Path) -> Result<Read, String> {
 
 /// Reads a table with the `iceberg` crate (its own local file IO and scan).
 pub fn read_native(metadata: &Path) -> Read {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the iceberg crate's equality-delete loader can miss a
+    // wake-up on a multi-thread runtime and hang the scan.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
@@ -412,4 +413,53 @@ pub fn duplicate_keys(table: &TableSchema, rows: &[Row]) -> usize {
     rows.iter()
         .filter(|r| !seen.insert(table.key.iter().map(|&i| r[i].clone()).collect::<Vec<_>>()))
         .count()
+}
+
+/// [`iceberg_pipeline`] with extra entries in the Iceberg sink's config.
+pub fn iceberg_pipeline_with(
+    name: &str,
+    seed: u64,
+    max_changes: u64,
+    mode: TableMode,
+    lake: &Lake,
+    config: &[(&str, &str)],
+) -> PipelineBuilder {
+    let sink = config.iter().fold(
+        SinkBuilder::new("iceberg", common::plugin("weir-iceberg-sink"))
+            .blob_store(&lake.root)
+            .limits(1024, 120_000)
+            .retries(2)
+            .config("warehouse", &lake.warehouse()),
+        |sink, (key, value)| sink.config(key, value),
+    );
+    common::tables()
+        .iter()
+        .fold(PipelineBuilder::generator(seed, max_changes), |p, t| {
+            p.table(&t.name, mode, &destination(&t.name))
+        })
+        .name(name)
+        .sink(sink)
+}
+
+/// Keys of `table` that the generator's first `max_changes` changes delete
+/// and later insert again.
+pub fn reinserted_keys(seed: u64, max_changes: u64, table: &str) -> usize {
+    let mut deleted = std::collections::HashSet::new();
+    let mut reinserted = std::collections::HashSet::new();
+    for change in change_log(seed, max_changes) {
+        if change.table.name != table {
+            continue;
+        }
+        let key = row_key(&change.table, &change.values);
+        match change.op {
+            weir::change::Op::Delete => {
+                deleted.insert(key);
+            }
+            weir::change::Op::Insert if deleted.contains(&key) => {
+                reinserted.insert(key);
+            }
+            _ => {}
+        }
+    }
+    reinserted.len()
 }

@@ -52,14 +52,17 @@ pub enum ExportIndices {
 
 impl ExportIndices {
     /// Finds the exports of a plugin that speaks `version` (and exports
-    /// `positions` when `positioned`).
+    /// `positions` when `positioned`, `maintenance` when `maintained`).
     pub fn new<T: 'static>(
         version: &str,
         pre: &InstancePre<T>,
         positioned: bool,
+        maintained: bool,
     ) -> wasmtime::Result<Self> {
         match version {
-            v0_1_0::VERSION => Ok(Self::V0_1_0(v0_1_0::ExportIndices::new(pre, positioned)?)),
+            v0_1_0::VERSION => Ok(Self::V0_1_0(v0_1_0::ExportIndices::new(
+                pre, positioned, maintained,
+            )?)),
             other => Err(wasmtime::format_err!(
                 "{PACKAGE}@{other} is not a version this host speaks"
             )),
@@ -131,6 +134,20 @@ impl SinkExports {
     ) -> wasmtime::Result<()> {
         match self {
             Self::V0_1_0(exports) => exports.abort(store, table),
+        }
+    }
+
+    /// `maintenance.maintain`: the sink's report, or `None` from a sink
+    /// without `maintenance`.
+    pub fn maintain<T: HasCapabilities>(
+        &self,
+        store: &mut Store<T>,
+        pipeline: &str,
+        tables: &[String],
+        what: &[String],
+    ) -> Answer<Option<String>> {
+        match self {
+            Self::V0_1_0(exports) => exports.maintain(store, pipeline, tables, what),
         }
     }
 

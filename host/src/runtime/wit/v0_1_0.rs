@@ -14,13 +14,15 @@ use crate::runtime::wit::Answer;
 
 wasmtime::component::bindgen!({
     path: "../wit/since_v0.1.0",
-    world: "positioned-sink-plugin",
+    // The widest world: every optional export is looked up only when the
+    // plugin has it (see `ExportIndices::new`).
+    world: "maintained-sink-plugin",
     // A blob call may trap the sink instead of answering: that is how a
     // test host crashes it in the middle of a commit (`BlobError::Crash`).
     imports: { "weir:sink/blobstore": trappable },
 });
 
-use self::exports::weir::sink::{positions, sink};
+use self::exports::weir::sink::{maintenance, positions, sink};
 use self::weir::sink::{blobstore, log, types};
 
 /// The package version, as it appears in import and export names.
@@ -135,15 +137,25 @@ impl log::Host for &SinkLog {
 pub struct ExportIndices {
     sink: sink::GuestIndices,
     positions: Option<positions::GuestIndices>,
+    maintenance: Option<maintenance::GuestIndices>,
 }
 
 impl ExportIndices {
-    /// Finds `sink`, and `positions` when the plugin exports it.
-    pub fn new<T: 'static>(pre: &InstancePre<T>, positioned: bool) -> wasmtime::Result<Self> {
+    /// Finds `sink`, and `positions` and `maintenance` when the plugin
+    /// exports them.
+    pub fn new<T: 'static>(
+        pre: &InstancePre<T>,
+        positioned: bool,
+        maintained: bool,
+    ) -> wasmtime::Result<Self> {
         Ok(ExportIndices {
             sink: sink::GuestIndices::new(pre)?,
             positions: match positioned {
                 true => Some(positions::GuestIndices::new(pre)?),
+                false => None,
+            },
+            maintenance: match maintained {
+                true => Some(maintenance::GuestIndices::new(pre)?),
                 false => None,
             },
         })
@@ -161,6 +173,10 @@ impl ExportIndices {
                 Some(indices) => Some(indices.load(&mut *store, instance)?),
                 None => None,
             },
+            maintenance: match &self.maintenance {
+                Some(indices) => Some(indices.load(&mut *store, instance)?),
+                None => None,
+            },
         })
     }
 }
@@ -169,6 +185,7 @@ impl ExportIndices {
 pub struct SinkExports {
     sink: sink::Guest,
     positions: Option<positions::Guest>,
+    maintenance: Option<maintenance::Guest>,
 }
 
 impl SinkExports {
@@ -237,6 +254,49 @@ impl SinkExports {
     }
 }
 
+impl SinkExports {
+    /// The sink's maintenance report; `None` from a sink without
+    /// `maintenance`. The report is cut and escaped like an error message.
+    pub fn maintain<T: HasCapabilities>(
+        &self,
+        store: &mut Store<T>,
+        pipeline: &str,
+        tables: &[String],
+        what: &[String],
+    ) -> Answer<Option<String>> {
+        let Some(maintenance) = &self.maintenance else {
+            return Ok(Ok(None));
+        };
+        let answer = maintenance.call_maintain(&mut *store, pipeline, tables, what)?;
+        Ok(answer
+            .map(|report| Some(bounded_report(&report)))
+            .map_err(|e| sink_error(store, e)))
+    }
+}
+
+/// The most of a maintenance report the host shows.
+pub const MAX_REPORT_BYTES: usize = 16 << 10;
+
+/// A plugin's report as the operator may see it: at most
+/// [`MAX_REPORT_BYTES`], cut at a character boundary, and no control
+/// characters but newlines and tabs (a terminal would obey them).
+fn bounded_report(report: &str) -> String {
+    let mut out = String::with_capacity(report.len().min(MAX_REPORT_BYTES));
+    for c in report.chars() {
+        let shown = match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        };
+        if out.len() + shown.len() > MAX_REPORT_BYTES {
+            out.push_str(" [cut]");
+            break;
+        }
+        out.push_str(&shown);
+    }
+    out
+}
+
 fn batch(header: &BatchHeader) -> types::Batch {
     types::Batch {
         table: table(&header.table),
@@ -275,5 +335,19 @@ fn sink_error<T: HasCapabilities>(store: &mut Store<T>, error: types::SinkError)
         E::Poison(m) => SinkError::Poison(log.error_message(&m)),
         E::Fenced(m) => SinkError::Fenced(log.error_message(&m)),
         E::Fatal(m) => SinkError::Fatal(log.error_message(&m)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_is_bounded_and_escaped() {
+        assert_eq!(bounded_report("ok\nnext"), "ok\nnext");
+        assert_eq!(bounded_report("\u{1b}[2Jx"), "\\u{1b}[2Jx");
+        let long = bounded_report(&"é".repeat(MAX_REPORT_BYTES));
+        assert!(long.len() <= MAX_REPORT_BYTES + " [cut]".len());
+        assert!(long.ends_with(" [cut]"));
     }
 }

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Context;
-use super::decode::{copy_fields, decode, ident, literal};
+use super::decode::{copy_fields, ident, literal};
 use super::keys::encode_key;
 use super::table::Table;
 use crate::change::{Change, Op, Transaction, Value};
@@ -227,20 +227,13 @@ fn chunk_changes(
                 String::from_utf8_lossy(line)
             )));
         }
-        let values = table
-            .info
-            .columns
+        let key: Vec<Option<&str>> = fields[width..].iter().map(Option::as_deref).collect();
+        let values = fields[..width]
             .iter()
-            .zip(&fields)
+            .enumerate()
             .map(|(c, f)| match f {
                 None => Ok(Value::Null),
-                Some(text) => decode(&c.kind, text).map_err(|e| {
-                    SourceError::Invalid(format!(
-                        "table {} column {}: {e}",
-                        table.info.qualified(),
-                        c.name
-                    ))
-                }),
+                Some(text) => table.decode_column(c, text, &key),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let key_text: Vec<String> = fields[width..]
@@ -345,7 +338,35 @@ mod tests {
         assert_eq!(last, Some(vec!["2".to_string()]));
         let err = chunk_changes(&table, b"x\ta\tx\n", 5).unwrap_err();
         assert!(
-            err.to_string().contains("table public.docs column id"),
+            err.to_string()
+                .contains("table public.docs, column id, row with key (id) = ('x'):"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_value_no_column_type_can_hold_names_its_column_and_row() {
+        let table = table_of(
+            "public.prices",
+            vec![
+                column("sku", PgKind::Text, "text"),
+                column(
+                    "price",
+                    PgKind::Decimal {
+                        precision: 12,
+                        scale: 2,
+                    },
+                    "numeric(12,2)",
+                ),
+            ],
+            vec![0],
+        );
+        let err = chunk_changes(&table, b"a'1\tNaN\ta'1\n", 5).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "table public.prices, column price, row with key (sku) = ('a''1'): numeric NaN \
+                 has no decimal form"
+            ),
             "{err}"
         );
     }

@@ -6,7 +6,7 @@
 //! The sessions pin the settings the text forms depend on (see
 //! [`SESSION_SETTINGS`]).
 
-use arrow_schema::{DataType, Field, TimeUnit};
+use arrow_schema::{DataType, TimeUnit};
 
 use crate::change::Value;
 
@@ -29,17 +29,22 @@ pub enum PgKind {
     Int64,
     /// float4 and float8 (float4 widens exactly).
     Float64,
-    /// numeric(p, s) with p <= 38.
+    /// numeric(p, s) with p <= 38, and unconstrained numeric as
+    /// [`UNCONSTRAINED_NUMERIC`].
     Decimal {
         precision: u8,
         scale: i8,
     },
     Bytea,
+    /// 16 bytes, in the order Postgres prints and sorts them.
+    Uuid,
     Date,
+    /// Time of day without a zone, microseconds since midnight.
+    Time,
     Timestamp,
     TimestampTz,
-    /// Everything kept as its text form: text, varchar, char, name, uuid,
-    /// json, jsonb, enums, unconstrained numeric, time, interval, ...
+    /// Everything kept as its text form: text, varchar, char, name, json,
+    /// jsonb, enums, numeric wider than 38 digits, timetz, interval, ...
     Text,
     /// A one-dimensional array of an element kind.
     Array(Box<PgKind>),
@@ -54,13 +59,15 @@ impl PgKind {
             PgKind::Float64 => DataType::Float64,
             PgKind::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale),
             PgKind::Bytea => DataType::Binary,
+            PgKind::Uuid => crate::change::uuid_type(),
             PgKind::Date => DataType::Date32,
+            PgKind::Time => DataType::Time64(TimeUnit::Microsecond),
             PgKind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             PgKind::TimestampTz => {
                 DataType::Timestamp(TimeUnit::Microsecond, Some(crate::change::UTC_ZONE.into()))
             }
             PgKind::Text => DataType::Utf8,
-            PgKind::Array(item) => DataType::List(std::sync::Arc::new(Field::new(
+            PgKind::Array(item) => DataType::List(std::sync::Arc::new(crate::change::field(
                 "item",
                 item.data_type(),
                 true,
@@ -74,6 +81,15 @@ impl PgKind {
         !matches!(self, PgKind::Float64 | PgKind::Array(_))
     }
 }
+
+/// The decimal an unconstrained `numeric` is carried as: 38 digits (the most
+/// Iceberg and Arrow's Decimal128 hold), 18 of them after the point, as
+/// Spark reads an unconstrained Postgres numeric. A value with more digits
+/// on either side cannot be carried exactly and stops the pipeline.
+pub const UNCONSTRAINED_NUMERIC: PgKind = PgKind::Decimal {
+    precision: 38,
+    scale: 18,
+};
 
 /// The kind of a base type, by name (`pg_type.typname`), with its typmod.
 pub fn kind_of(typname: &str, typmod: i32) -> PgKind {
@@ -93,18 +109,26 @@ pub fn kind_of(typname: &str, typmod: i32) -> PgKind {
                         scale: scale as i8,
                     };
                 }
+                // Wider than 38 digits, or a negative scale (PG15+): exact
+                // only as text.
+                return PgKind::Text;
             }
-            PgKind::Text
+            UNCONSTRAINED_NUMERIC
         }
         "bytea" => PgKind::Bytea,
+        "uuid" => PgKind::Uuid,
         "date" => PgKind::Date,
+        "time" => PgKind::Time,
         "timestamp" => PgKind::Timestamp,
         "timestamptz" => PgKind::TimestampTz,
         _ => PgKind::Text,
     }
 }
 
-/// Decodes one non-null value from its text form.
+/// Decodes one non-null value from its text form. A value the column's
+/// type cannot hold exactly (a numeric NaN, an infinite date, an array of
+/// more than one dimension) is an error saying why; the caller names the
+/// table, column and key.
 pub fn decode(kind: &PgKind, text: &str) -> Result<Value, String> {
     let bad = |what: &str| format!("`{}` is not a valid {what}", clip(text));
     Ok(match kind {
@@ -122,31 +146,137 @@ pub fn decode(kind: &PgKind, text: &str) -> Result<Value, String> {
             "-Infinity" => f64::NEG_INFINITY,
             _ => text.parse().map_err(|_| bad("float"))?,
         }),
-        PgKind::Decimal { scale, .. } => Value::Decimal128(
-            parse_decimal(text, *scale).ok_or_else(|| bad("numeric of this scale"))?,
-        ),
-        PgKind::Bytea => Value::Binary(parse_bytea(text).ok_or_else(|| bad("hex bytea"))?),
-        PgKind::Date => Value::Date32(parse_date(text).ok_or_else(|| bad("date"))?),
-        PgKind::Timestamp => {
-            Value::TimestampMicros(parse_timestamp(text, false).ok_or_else(|| bad("timestamp"))?)
+        PgKind::Decimal { precision, scale } => {
+            if matches!(text, "NaN" | "Infinity" | "-Infinity") {
+                return Err(format!(
+                    "numeric {text} has no decimal form (Arrow and Iceberg decimals hold finite \
+                     numbers only)"
+                ));
+            }
+            let value = parse_decimal(text, *scale)
+                .filter(|v| v.unsigned_abs() < 10u128.pow(u32::from(*precision)))
+                .ok_or_else(|| {
+                    format!(
+                        "numeric {} does not fit decimal({precision}, {scale}) exactly",
+                        clip(text)
+                    )
+                })?;
+            Value::Decimal128(value)
         }
-        PgKind::TimestampTz => {
-            Value::TimestampMicros(parse_timestamp(text, true).ok_or_else(|| bad("timestamptz"))?)
+        PgKind::Bytea => Value::Binary(parse_bytea(text).ok_or_else(|| bad("hex bytea"))?),
+        PgKind::Uuid => Value::Binary(parse_uuid(text).ok_or_else(|| bad("uuid"))?.to_vec()),
+        PgKind::Date => Value::Date32(match text {
+            "infinity" | "-infinity" => return Err(infinite("date", text)),
+            _ => parse_date(text).ok_or_else(|| bad("date"))?,
+        }),
+        PgKind::Time => Value::Int64(parse_time(text).ok_or_else(|| {
+            if text.starts_with("24:") {
+                format!("time {text} is the end of the day, which Iceberg's time cannot hold")
+            } else {
+                bad("time")
+            }
+        })?),
+        PgKind::Timestamp | PgKind::TimestampTz => {
+            let zoned = *kind == PgKind::TimestampTz;
+            let name = if zoned { "timestamptz" } else { "timestamp" };
+            Value::TimestampMicros(match text {
+                "infinity" | "-infinity" => return Err(infinite(name, text)),
+                _ => parse_timestamp(text, zoned).ok_or_else(|| bad(name))?,
+            })
         }
         PgKind::Text => Value::Utf8(text.to_string()),
         PgKind::Array(item) => {
-            let items = parse_array(text).ok_or_else(|| bad("one-dimensional array"))?;
+            let items = parse_array(text).ok_or_else(|| match dimensions(text) {
+                n if n > 1 => format!(
+                    "a {n}-dimensional array; weir carries one-dimensional arrays only (Postgres \
+                     does not hold a column to the dimensions it declares)"
+                ),
+                _ => bad("one-dimensional array"),
+            })?;
             Value::List(
                 items
                     .into_iter()
                     .map(|i| match i {
                         None => Ok(Value::Null),
-                        Some(t) => decode(item, &t),
+                        Some(t) => decode(item, &t).map_err(|e| format!("array item: {e}")),
                     })
                     .collect::<Result<_, _>>()?,
             )
         }
     })
+}
+
+fn infinite(type_name: &str, text: &str) -> String {
+    format!(
+        "{type_name} {text} has no equivalent in Arrow or Iceberg (a sentinel date would \
+         read back as a real one)"
+    )
+}
+
+/// The number of dimensions an array's text form has: its leading braces
+/// (a quoted item's braces are behind a quote).
+fn dimensions(text: &str) -> usize {
+    let body = match text.find('=') {
+        Some(i) if text.starts_with('[') => &text[i + 1..],
+        _ => text,
+    };
+    body.bytes().take_while(|&b| b == b'{').count()
+}
+
+/// `a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11` (how Postgres prints every uuid)
+/// -> its 16 bytes.
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 36 || [8, 13, 18, 23].iter().any(|&i| bytes[i] != b'-') {
+        return None;
+    }
+    let digits: String = text.chars().filter(|&c| c != '-').collect();
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(digits, &mut out).ok()?;
+    Some(out)
+}
+
+/// `HH:MM:SS[.ffffff]` -> microseconds since midnight; None past the day's
+/// end (Postgres allows `24:00:00`).
+fn parse_time(text: &str) -> Option<i64> {
+    let (micros, rest) = parse_clock(text)?;
+    (rest.is_empty() && micros < 86_400_000_000).then_some(micros)
+}
+
+/// `HH:MM:SS[.ffffff]` at the start of `text` -> (microseconds, the rest).
+fn parse_clock(text: &str) -> Option<(i64, &str)> {
+    if text.as_bytes().get(2) != Some(&b':') || text.as_bytes().get(5) != Some(&b':') {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(range)?;
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let hour = number(0..2)?;
+    let minute = number(3..5)?;
+    let second = number(6..8)?;
+    if hour > 24 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = &text[8..];
+    let mut micros: i64 = 0;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let end = frac
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(frac.len());
+        let digits = &frac[..end];
+        if digits.is_empty() || digits.len() > 6 {
+            return None;
+        }
+        micros = format!("{digits:0<6}").parse().ok()?;
+        rest = &frac[end..];
+    }
+    Some((
+        ((hour * 60 + minute) * 60 + second) * 1_000_000 + micros,
+        rest,
+    ))
 }
 
 fn clip(text: &str) -> String {
@@ -223,11 +353,6 @@ fn parse_date_prefix(text: &str) -> Option<(i64, &str)> {
 }
 
 fn parse_date(text: &str) -> Option<i32> {
-    match text {
-        "infinity" => return Some(i32::MAX),
-        "-infinity" => return Some(i32::MIN),
-        _ => {}
-    }
     let (days, rest) = parse_date_prefix(text)?;
     if !(rest.is_empty() || rest == " BC") {
         return None;
@@ -236,32 +361,12 @@ fn parse_date(text: &str) -> Option<i32> {
 }
 
 /// `YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]][ BC]` -> microseconds since
-/// the epoch (UTC when zoned). Infinities map to the i64 extremes.
+/// the epoch (UTC when zoned).
 fn parse_timestamp(text: &str, zoned: bool) -> Option<i64> {
-    match text {
-        "infinity" => return Some(i64::MAX),
-        "-infinity" => return Some(i64::MIN),
-        _ => {}
-    }
     let (days, rest) = parse_date_prefix(text)?;
     let rest = rest.strip_suffix(" BC").unwrap_or(rest);
     let rest = rest.strip_prefix(' ')?;
-    let hour: i64 = rest.get(0..2)?.parse().ok()?;
-    let minute: i64 = rest.get(3..5)?.parse().ok()?;
-    let second: i64 = rest.get(6..8)?.parse().ok()?;
-    let mut rest = &rest[8..];
-    let mut micros: i64 = 0;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let end = frac
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(frac.len());
-        let digits = &frac[..end];
-        if digits.is_empty() || digits.len() > 6 {
-            return None;
-        }
-        micros = format!("{digits:0<6}").parse().ok()?;
-        rest = &frac[end..];
-    }
+    let (clock, rest) = parse_clock(rest)?;
     let mut offset_seconds: i64 = 0;
     if zoned {
         let sign = match rest.as_bytes().first()? {
@@ -279,8 +384,9 @@ fn parse_timestamp(text: &str, zoned: bool) -> Option<i64> {
     } else if !rest.is_empty() {
         return None;
     }
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
-    seconds.checked_mul(1_000_000)?.checked_add(micros)
+    (days * 86_400 - offset_seconds)
+        .checked_mul(1_000_000)?
+        .checked_add(clock)
 }
 
 /// The items of a one-dimensional array's text form (`{1,NULL,"a b"}`);
@@ -488,7 +594,94 @@ mod tests {
                 scale: 2
             }
         );
-        assert_eq!(kind_of("numeric", -1), PgKind::Text);
+        assert_eq!(kind_of("numeric", -1), UNCONSTRAINED_NUMERIC);
+        // Wider than a Decimal128, or a negative scale: text.
+        assert_eq!(kind_of("numeric", (50 << 16 | 2) + 4), PgKind::Text);
+        assert_eq!(kind_of("numeric", (5 << 16 | 0xfffe) + 4), PgKind::Text);
+    }
+
+    #[test]
+    fn values_a_column_cannot_hold_are_refused_with_the_reason() {
+        let unconstrained = UNCONSTRAINED_NUMERIC;
+        for nan in ["NaN", "Infinity", "-Infinity"] {
+            let why = decode(&unconstrained, nan).unwrap_err();
+            assert!(why.contains("no decimal form"), "{why}");
+        }
+        assert_eq!(
+            decode(&unconstrained, "-12345678901234567890.123456789012345678").unwrap(),
+            Value::Decimal128(-12_345_678_901_234_567_890_123_456_789_012_345_678)
+        );
+        for too_big in ["123456789012345678901", "0.0000000000000000001"] {
+            let why = decode(&unconstrained, too_big).unwrap_err();
+            assert!(why.contains("does not fit decimal(38, 18)"), "{why}");
+        }
+        let four_two = PgKind::Decimal {
+            precision: 4,
+            scale: 2,
+        };
+        assert!(decode(&four_two, "100.00").is_err());
+        assert_eq!(decode(&four_two, "99.99").unwrap(), Value::Decimal128(9999));
+        for (kind, text) in [
+            (PgKind::Date, "infinity"),
+            (PgKind::Timestamp, "-infinity"),
+            (PgKind::TimestampTz, "infinity"),
+        ] {
+            let why = decode(&kind, text).unwrap_err();
+            assert!(why.contains("no equivalent"), "{why}");
+        }
+        let why = decode(&PgKind::Time, "24:00:00").unwrap_err();
+        assert!(why.contains("end of the day"), "{why}");
+        let ints = PgKind::Array(Box::new(PgKind::Int32));
+        let why = decode(&ints, "{{1,2},{3,4}}").unwrap_err();
+        assert!(why.contains("2-dimensional"), "{why}");
+        let why = decode(&ints, "[1:1][1:2]={{1,2}}").unwrap_err();
+        assert!(why.contains("2-dimensional"), "{why}");
+        let why = decode(&PgKind::Array(Box::new(unconstrained)), "{1,NaN}").unwrap_err();
+        assert!(why.starts_with("array item: numeric NaN"), "{why}");
+    }
+
+    #[test]
+    fn uuids_times_and_arrays_of_them() {
+        assert_eq!(
+            decode(&PgKind::Uuid, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11").unwrap(),
+            Value::Binary(hex::decode("a0eebc999c0b4ef8bb6d6bb9bd380a11").unwrap())
+        );
+        assert!(decode(&PgKind::Uuid, "a0eebc999c0b4ef8bb6d6bb9bd380a11").is_err());
+        assert!(decode(&PgKind::Uuid, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1g").is_err());
+        assert_eq!(decode(&PgKind::Time, "00:00:00").unwrap(), Value::Int64(0));
+        assert_eq!(
+            decode(&PgKind::Time, "23:59:59.999999").unwrap(),
+            Value::Int64(86_399_999_999)
+        );
+        assert_eq!(
+            decode(&PgKind::Time, "01:02:03.4").unwrap(),
+            Value::Int64(3_723_400_000)
+        );
+        assert!(decode(&PgKind::Time, "1:02:03").is_err());
+        assert!(decode(&PgKind::Time, "01:02:03+02").is_err());
+        assert_eq!(
+            decode(
+                &PgKind::Array(Box::new(PgKind::Uuid)),
+                "{00000000-0000-0000-0000-000000000001,NULL}"
+            )
+            .unwrap(),
+            Value::List(vec![
+                Value::Binary([vec![0; 15], vec![1]].concat()),
+                Value::Null
+            ])
+        );
+        assert_eq!(
+            decode(&PgKind::Array(Box::new(PgKind::Int32)), "{}").unwrap(),
+            Value::List(vec![])
+        );
+        assert_eq!(
+            decode(&PgKind::Array(Box::new(PgKind::Bytea)), r#"{"\\x00ff"}"#).unwrap(),
+            Value::List(vec![Value::Binary(vec![0, 255])])
+        );
+        assert_eq!(
+            decode(&PgKind::TimestampTz, "0001-01-01 00:00:00+00 BC").unwrap(),
+            Value::TimestampMicros(-62_167_219_200_000_000)
+        );
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! server and are left to the shell: the types of columns a Relation
 //! message adds ([`PendingRelation`]), and unchanged TOAST values that the
 //! old row does not carry ([`Pending::unchanged`], see `toast.rs`).
+//!
+//! A transaction is handed on in pieces ([`Piece`]) of a bounded size, so
+//! memory does not grow with it: Begin carries the commit LSN, so every
+//! change's position (commit LSN, ordinal) is known as it arrives.
 
 use std::collections::HashMap;
 
@@ -21,7 +25,32 @@ use crate::source::SourceError;
 /// Microseconds from the Unix epoch to Postgres' epoch (2000-01-01).
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
-/// A transaction received up to its commit.
+/// Where a transaction is cut into pieces: a piece is sealed once it holds
+/// this many changes, or this many bytes of row messages. The pipeline
+/// sets its batch limits, so that a transaction that fits a batch is never
+/// cut, and a big one costs about what one batch does.
+#[derive(Clone, Copy, Debug)]
+pub struct PieceLimits {
+    pub changes: usize,
+    pub bytes: usize,
+}
+
+impl Default for PieceLimits {
+    /// The batcher's default limits.
+    fn default() -> PieceLimits {
+        PieceLimits {
+            changes: 10_000,
+            bytes: 16 << 20,
+        }
+    }
+}
+
+/// What a column left out as unchanged TOAST counts towards a piece's
+/// bytes: its value is read later and can be large, and a stored TOAST
+/// value is at least about 2 kB.
+const UNCHANGED_VALUE_BYTES: usize = 8 << 10;
+
+/// Changes of one transaction received since Begin or the last piece.
 pub(super) struct OpenTx {
     pub commit_lsn: u64,
     /// Microseconds since the Unix epoch.
@@ -72,25 +101,54 @@ impl PendingRelation {
     }
 }
 
+/// Part of a transaction, handed on before its commit when the
+/// transaction is big, or its rest at Commit.
+pub(super) struct Piece {
+    /// The ordinal of the first change in the transaction.
+    pub first: u32,
+    /// Whether the transaction ends with this piece (it was committed).
+    pub last: bool,
+    pub tx: OpenTx,
+}
+
 /// The relation descriptions and the open transaction of one stream session.
 pub(super) struct Decoder {
     /// Named in the error about a table that joined it mid-run.
     publication: String,
     relations: HashMap<u32, Mapping>,
+    /// The open transaction's changes not yet handed on in a piece.
     open: Option<OpenTx>,
+    /// The ordinal of the open transaction's first change not yet handed on.
+    first: u32,
+    /// Bytes of the row messages held in `open`.
+    held_bytes: usize,
+    limits: PieceLimits,
 }
 
 impl Decoder {
     pub fn new(publication: &str) -> Decoder {
+        Decoder::with_limits(publication, PieceLimits::default())
+    }
+
+    /// Cuts transactions at `limits` from the next Begin on.
+    pub fn set_limits(&mut self, limits: PieceLimits) {
+        self.limits = limits;
+    }
+
+    pub fn with_limits(publication: &str, limits: PieceLimits) -> Decoder {
         Decoder {
             publication: publication.to_string(),
             relations: HashMap::new(),
             open: None,
+            first: 0,
+            held_bytes: 0,
+            limits,
         }
     }
 
     /// Forgets everything: a new stream session sends relations again and
-    /// starts with a whole transaction.
+    /// starts with a whole transaction (the server sends a transaction cut
+    /// off mid-way again from its Begin).
     pub fn reset(&mut self) {
         self.relations.clear();
         self.open = None;
@@ -107,11 +165,43 @@ impl Decoder {
             commit_ts: commit_micros + PG_EPOCH_MICROS,
             changes: Vec::new(),
         });
+        self.first = 0;
+        self.held_bytes = 0;
     }
 
-    /// A Commit: the transaction received since Begin, if any.
-    pub fn commit(&mut self) -> Option<OpenTx> {
-        self.open.take()
+    /// A Commit: the rest of the transaction since Begin or its last
+    /// piece, if a transaction was open.
+    pub fn commit(&mut self) -> Option<Piece> {
+        let tx = self.open.take()?;
+        Some(Piece {
+            first: self.first,
+            last: true,
+            tx,
+        })
+    }
+
+    /// The open transaction's changes so far, once they reach the piece
+    /// limits; the transaction stays open.
+    pub fn full_piece(&mut self) -> Option<Piece> {
+        let open = self.open.as_mut()?;
+        if open.changes.is_empty()
+            || (open.changes.len() < self.limits.changes && self.held_bytes < self.limits.bytes)
+        {
+            return None;
+        }
+        let changes = std::mem::take(&mut open.changes);
+        let piece = Piece {
+            first: self.first,
+            last: false,
+            tx: OpenTx {
+                commit_lsn: open.commit_lsn,
+                commit_ts: open.commit_ts,
+                changes,
+            },
+        };
+        self.first += piece.tx.changes.len() as u32;
+        self.held_bytes = 0;
+        Some(piece)
     }
 
     /// One pgoutput message. Returns a relation that waits for the types
@@ -121,7 +211,14 @@ impl Decoder {
         data: &[u8],
         tables: &Tables,
     ) -> Result<Option<PendingRelation>, SourceError> {
-        match pgoutput::parse(data).map_err(SourceError::Invalid)? {
+        let message = pgoutput::parse(data).map_err(SourceError::Invalid)?;
+        if matches!(
+            message,
+            Message::Insert { .. } | Message::Update { .. } | Message::Delete { .. }
+        ) {
+            self.held_bytes += data.len();
+        }
+        match message {
             Message::Relation(rel) => {
                 let pending = self.map_relation(&rel, tables)?;
                 if pending.added.is_empty() {
@@ -309,15 +406,29 @@ impl Decoder {
                     unchanged.push(column);
                     Value::Null
                 }
-                Datum::Text(text) => {
-                    let c = &table.info.columns[column];
-                    decode(&c.kind, text).map_err(|e| {
-                        SourceError::Invalid(format!(
-                            "table {} column {}: {e}",
-                            table.schema.name, c.name
-                        ))
-                    })?
-                }
+                Datum::Text(text) => match decode(&table.info.columns[column].kind, text) {
+                    Ok(value) => value,
+                    // The row's key as text (looked up only now: this is
+                    // the path of every streamed value), so the error
+                    // names the row.
+                    Err(_) => {
+                        let key: Vec<Option<&str>> = table
+                            .info
+                            .key
+                            .iter()
+                            .map(|&k| {
+                                let i = mapping.columns.iter().position(|&c| c == k)?;
+                                match tuple.get(i) {
+                                    Some(Datum::Text(t)) => Some(t.as_str()),
+                                    _ => None,
+                                }
+                            })
+                            .collect();
+                        return Err(table
+                            .decode_column(column, text, &key)
+                            .expect_err("the value did not decode"));
+                    }
+                },
             };
         }
         Ok((mapping.table, values, unchanged))
@@ -359,6 +470,7 @@ impl Decoder {
         let open = self.open.as_mut().ok_or_else(|| {
             SourceError::Invalid("a row change arrived outside a transaction".into())
         })?;
+        self.held_bytes += unchanged.len() * UNCHANGED_VALUE_BYTES;
         open.changes.push(Pending {
             table,
             op,
@@ -426,13 +538,41 @@ fn key_only(values: &[Value], key: &[usize]) -> Vec<Value> {
 }
 
 impl OpenTx {
+    /// Seals a whole transaction (one piece from its first change).
+    #[cfg(test)]
+    pub fn seal(self, tables: &Tables, emitted: &mut Emitted) -> Option<Transaction> {
+        Piece {
+            first: 0,
+            last: true,
+            tx: self,
+        }
+        .seal(tables, emitted)
+    }
+}
+
+impl Piece {
+    /// Marks the changes at or before what was already emitted (a
+    /// transaction received again after a restart) as left out, so that
+    /// nobody looks up their unchanged TOAST values.
+    pub fn leave_out_emitted(&mut self, emitted: &Emitted) {
+        let (lsn, first) = (self.tx.commit_lsn, self.first);
+        for (i, p) in self.tx.changes.iter_mut().enumerate() {
+            if emitted.covers(&Position::stream(lsn, first + i as u32)) {
+                p.dropped = true;
+                p.unchanged.clear();
+            }
+        }
+    }
+
     /// Numbers the changes in commit order and drops those at or before
-    /// what was already emitted. None when the whole transaction was.
+    /// what was already emitted. None when nothing is left to hand on: a
+    /// piece that is not the last ends at its last change, never after the
+    /// transaction, so a commit of it is never taken for the whole.
     /// Unchanged TOAST values must have been filled already.
     pub fn seal(self, tables: &Tables, emitted: &mut Emitted) -> Option<Transaction> {
-        let mut changes = Vec::with_capacity(self.changes.len());
-        for (ordinal, p) in self.changes.into_iter().enumerate() {
-            let pos = Position::stream(self.commit_lsn, ordinal as u32);
+        let mut changes = Vec::with_capacity(self.tx.changes.len());
+        for (i, p) in self.tx.changes.into_iter().enumerate() {
+            let pos = Position::stream(self.tx.commit_lsn, self.first + i as u32);
             if p.dropped || emitted.covers(&pos) {
                 continue;
             }
@@ -444,21 +584,22 @@ impl OpenTx {
                 table: table.schema.clone(),
                 op: p.op,
                 pos,
-                commit_ts_micros: self.commit_ts,
+                commit_ts_micros: self.tx.commit_ts,
                 snapshot: false,
                 values,
             });
         }
         let end = match changes.last() {
             Some(c) => c.pos.clone(),
-            None => {
+            None if self.last => {
                 // Nothing new for us in it: stand after it.
-                let pos = Position::stream(self.commit_lsn, u32::MAX);
+                let pos = Position::stream(self.tx.commit_lsn, u32::MAX);
                 if emitted.covers(&pos) {
                     return None;
                 }
                 pos
             }
+            None => return None,
         };
         emitted.advance(end.clone());
         Some(Transaction { changes, end })

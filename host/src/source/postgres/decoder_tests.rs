@@ -287,7 +287,7 @@ fn decodes_every_supported_type() {
 }
 
 #[test]
-fn a_value_that_does_not_decode_names_its_table_and_column() {
+fn a_value_that_does_not_decode_names_its_table_column_and_row() {
     let tables = docs();
     let mut decoder = Decoder::new("weir_cdc");
     decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
@@ -296,7 +296,8 @@ fn a_value_that_does_not_decode_names_its_table_and_column() {
         .decode(&insert(DOCS_OID, &[Some("one"), None, None]), &tables)
         .unwrap_err();
     assert!(
-        err.to_string().contains("table public.docs column id"),
+        err.to_string()
+            .contains("table public.docs, column id, row with key (id) = ('one')"),
         "{err}"
     );
 }
@@ -380,11 +381,11 @@ fn unchanged_toast_comes_from_a_whole_old_row_or_is_left_to_look_up() {
     decoder.decode(&full, &tables).unwrap();
     decoder.decode(&bare, &tables).unwrap();
     let open = decoder.commit().unwrap();
-    assert_eq!(open.changes[0].values[2], text("big body"));
-    assert!(open.changes[0].unchanged.is_empty());
-    assert_eq!(open.changes[1].values[2], Value::Null);
-    assert_eq!(open.changes[1].unchanged, vec![2]);
-    assert_eq!(open.changes[1].key_text, vec!["2".to_string()]);
+    assert_eq!(open.tx.changes[0].values[2], text("big body"));
+    assert!(open.tx.changes[0].unchanged.is_empty());
+    assert_eq!(open.tx.changes[1].values[2], Value::Null);
+    assert_eq!(open.tx.changes[1].unchanged, vec![2]);
+    assert_eq!(open.tx.changes[1].key_text, vec!["2".to_string()]);
 }
 
 #[test]
@@ -625,7 +626,7 @@ fn a_change_is_read_through_the_mapping_of_its_own_relation_oid() {
         .decode(&insert(message_oid, &[Some("5"), Some("t"), None]), &tables)
         .unwrap();
     let open = decoder.commit().unwrap();
-    assert_eq!(open.changes[0].key_text, vec!["5".to_string()]);
+    assert_eq!(open.tx.changes[0].key_text, vec!["5".to_string()]);
 }
 
 #[test]
@@ -721,4 +722,132 @@ fn a_leaf_partition_changes_its_partitioned_table_by_column_name() {
         .decode(&relation(502, "public.docs_a", &leaf), &tables)
         .unwrap_err();
     assert!(err.to_string().contains("dropped and re-created"), "{err}");
+}
+
+/// Decodes inserts of ids `ids` into the open transaction, collecting the
+/// pieces the decoder hands on meanwhile.
+fn inserts_in_pieces(
+    decoder: &mut Decoder,
+    tables: &Tables,
+    ids: std::ops::Range<u32>,
+) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    for id in ids {
+        let id = id.to_string();
+        decoder
+            .decode(&insert(DOCS_OID, &[Some(&id), Some("t"), None]), tables)
+            .unwrap();
+        pieces.extend(decoder.full_piece());
+    }
+    pieces
+}
+
+#[test]
+fn a_transaction_past_the_piece_limit_is_handed_on_in_numbered_pieces() {
+    let tables = docs();
+    let limits = PieceLimits {
+        changes: 4,
+        bytes: usize::MAX,
+    };
+    let mut decoder = Decoder::with_limits("weir_cdc", limits);
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(0x40, 0);
+    let mut pieces = inserts_in_pieces(&mut decoder, &tables, 0..10);
+    assert_eq!(pieces.len(), 2, "two full pieces before the commit");
+    assert!(decoder.in_transaction());
+    pieces.push(decoder.commit().unwrap());
+    let mut emitted = Emitted::default();
+    let txs: Vec<Transaction> = pieces
+        .into_iter()
+        .map(|p| p.seal(&tables, &mut emitted).unwrap())
+        .collect();
+    let sizes: Vec<usize> = txs.iter().map(|t| t.changes.len()).collect();
+    assert_eq!(sizes, [4, 4, 2]);
+    // Positions run on across the pieces, and each piece ends at its last
+    // change: never after the transaction, which is still open.
+    let positions: Vec<Position> = txs
+        .iter()
+        .flat_map(|t| t.changes.iter().map(|c| c.pos.clone()))
+        .collect();
+    let want: Vec<Position> = (0..10).map(|i| Position::stream(0x40, i)).collect();
+    assert_eq!(positions, want);
+    assert_eq!(txs[0].end, Position::stream(0x40, 3));
+    assert_eq!(txs[1].end, Position::stream(0x40, 7));
+    assert_eq!(txs[2].end, Position::stream(0x40, 9));
+    assert_eq!(txs[2].changes[1].values[0], Value::Int64(9));
+
+    // The next transaction numbers from 0 again.
+    decoder.begin(0x80, 0);
+    let pieces = inserts_in_pieces(&mut decoder, &tables, 0..4);
+    let tx = pieces
+        .into_iter()
+        .next()
+        .unwrap()
+        .seal(&tables, &mut emitted)
+        .unwrap();
+    assert_eq!(tx.changes[0].pos, Position::stream(0x80, 0));
+    // Its commit right after a full piece leaves nothing but the end.
+    let tx = decoder
+        .commit()
+        .unwrap()
+        .seal(&tables, &mut emitted)
+        .unwrap();
+    assert!(tx.changes.is_empty());
+    assert_eq!(tx.end, Position::stream(0x80, u32::MAX));
+}
+
+#[test]
+fn a_transaction_received_again_resumes_after_the_piece_that_was_emitted() {
+    let tables = docs();
+    let limits = PieceLimits {
+        changes: 3,
+        bytes: usize::MAX,
+    };
+    let mut decoder = Decoder::with_limits("weir_cdc", limits);
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    // Committed up to ordinal 4 before a restart: the replay skips the
+    // first piece whole and the second up to 4.
+    let mut emitted = Emitted::default();
+    emitted.advance(Position::stream(0x40, 4));
+    decoder.begin(0x40, 0);
+    let mut pieces = inserts_in_pieces(&mut decoder, &tables, 0..8);
+    pieces.push(decoder.commit().unwrap());
+    let mut handed_on = Vec::new();
+    for mut piece in pieces {
+        piece.leave_out_emitted(&emitted);
+        if let Some(tx) = piece.seal(&tables, &mut emitted) {
+            handed_on.push(tx);
+        }
+    }
+    let positions: Vec<Position> = handed_on
+        .iter()
+        .flat_map(|t| t.changes.iter().map(|c| c.pos.clone()))
+        .collect();
+    assert_eq!(
+        positions,
+        [5, 6, 7].map(|i| Position::stream(0x40, i)).to_vec()
+    );
+}
+
+#[test]
+fn a_piece_is_also_cut_by_bytes_with_unchanged_toast_values_counted_large() {
+    let tables = docs();
+    let limits = PieceLimits {
+        changes: 1_000,
+        bytes: 3 * UNCHANGED_VALUE_BYTES,
+    };
+    let mut decoder = Decoder::with_limits("weir_cdc", limits);
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(0x40, 0);
+    let mut pieces = Vec::new();
+    for id in ["1", "2", "3", "4"] {
+        let bare = update(DOCS_OID, None, &[Some(id), Some("new"), Some(UNCHANGED)]);
+        decoder.decode(&bare, &tables).unwrap();
+        pieces.extend(decoder.full_piece());
+    }
+    assert_eq!(pieces.len(), 1);
+    assert_eq!(pieces[0].tx.changes.len(), 3);
+    assert!(!pieces[0].last);
+    let rest = decoder.commit().unwrap();
+    assert_eq!((rest.first, rest.tx.changes.len(), rest.last), (3, 1, true));
 }

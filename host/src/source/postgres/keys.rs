@@ -34,6 +34,8 @@ impl Table {
                 k @ (PgKind::Int32
                 | PgKind::Int64
                 | PgKind::Date
+                | PgKind::Time
+                | PgKind::Uuid
                 | PgKind::Timestamp
                 | PgKind::TimestampTz
                 | PgKind::Decimal { .. }
@@ -148,6 +150,8 @@ fn encode_native(kind: &PgKind, text: &str, out: &mut Vec<u8>) -> Result<(), Str
             out.extend_from_slice(&((v as u64) ^ (1 << 63)).to_be_bytes())
         }
         Value::Decimal128(v) => out.extend_from_slice(&((v as u128) ^ (1 << 127)).to_be_bytes()),
+        // Postgres orders uuids by their bytes.
+        Value::Binary(v) if *kind == PgKind::Uuid && v.len() == 16 => out.extend_from_slice(&v),
         other => return Err(format!("key value {other:?} has no encoding")),
     }
     Ok(())
@@ -160,7 +164,7 @@ pub(super) fn decode_key_texts(orders: &[KeyOrder], bytes: &[u8]) -> Option<Vec<
         let skip = match order {
             KeyOrder::Native(PgKind::Bool) => 1,
             KeyOrder::Native(PgKind::Int32 | PgKind::Date) => 4,
-            KeyOrder::Native(PgKind::Decimal { .. }) => 16,
+            KeyOrder::Native(PgKind::Decimal { .. } | PgKind::Uuid) => 16,
             KeyOrder::Native(_) => 8,
             KeyOrder::Tid => 6,
             KeyOrder::Text => {
@@ -221,6 +225,31 @@ mod tests {
         assert!(
             encode_key(&tid, &["(1,10)".into()]).unwrap()
                 < encode_key(&tid, &["(2,1)".into()]).unwrap()
+        );
+    }
+
+    #[test]
+    fn uuid_and_time_keys_sort_as_postgres_orders_them() {
+        let orders = vec![
+            KeyOrder::Native(PgKind::Uuid),
+            KeyOrder::Native(PgKind::Time),
+        ];
+        let key = |u: &str, t: &str| encode_key(&orders, &[u.into(), t.into()]).unwrap();
+        let sorted = [
+            key("00000000-0000-0000-0000-0000000000ff", "23:59:59"),
+            key("00000000-0000-0000-0000-000000000100", "00:00:00"),
+            key("00000000-0000-0000-0000-000000000100", "00:00:00.000001"),
+            key("ff000000-0000-0000-0000-000000000000", "00:00:00"),
+        ];
+        for pair in sorted.windows(2) {
+            assert!(pair[0] < pair[1], "{:?} !< {:?}", pair[0], pair[1]);
+        }
+        assert_eq!(
+            decode_key_texts(&orders, &sorted[2]).unwrap(),
+            vec![
+                "00000000-0000-0000-0000-000000000100".to_string(),
+                "00:00:00.000001".into()
+            ]
         );
     }
 

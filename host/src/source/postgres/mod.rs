@@ -1,7 +1,8 @@
 //! The Postgres source: a backfill of every published table, then the
-//! logical replication stream (pgoutput), as whole transactions in commit
-//! order. docs/postgres.md explains the design: positions, snapshot
-//! consistency, TOAST, DDL, and why these crates.
+//! logical replication stream (pgoutput), as transactions in commit order
+//! (a big one in pieces as it arrives, so memory stays bounded).
+//! docs/postgres.md explains the design: positions, snapshot consistency,
+//! TOAST, DDL, big transactions, and why these crates.
 //!
 //! One phase per module: `setup` finds the tables and where to start,
 //! `backfill` reads the tables in key order (`keys`), `stream` runs
@@ -24,6 +25,7 @@ mod toast;
 use std::sync::Arc;
 
 pub use config::{PostgresConfig, PostgresSettings};
+pub use decoder::PieceLimits;
 
 use super::{Source, SourceError};
 use crate::change::{TableSchema, Transaction};
@@ -97,6 +99,14 @@ impl PostgresSource {
                 emitted: Emitted::default(),
             },
         })
+    }
+
+    /// Hands on a transaction bigger than `limits` in pieces as it arrives
+    /// (default: the batcher's default limits). The pipeline passes its
+    /// batch limits: a transaction that fits a batch stays whole.
+    pub fn with_piece_limits(mut self, limits: PieceLimits) -> PostgresSource {
+        self.stream.set_piece_limits(limits);
+        self
     }
 }
 

@@ -1,6 +1,13 @@
-//! The replication stream: whole transactions from the slot, empty ones
-//! standing at heartbeat positions while nothing arrives, and the
-//! acknowledgement that lets the server release WAL.
+//! The replication stream: transactions from the slot (a big one in
+//! pieces, see `decoder.rs`), empty ones standing at heartbeat positions
+//! while nothing arrives, and the acknowledgement that lets the server
+//! release WAL.
+//!
+//! The replication client reads the socket on the I/O runtime, into a
+//! bounded queue of events, and answers the server (standby status
+//! updates every `status_interval`) from there, also while the queue is
+//! full because the pipeline is busy committing: the server never times
+//! the session out, and the reader never runs further ahead than the queue.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +16,7 @@ use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
 use tokio_postgres::error::SqlState;
 
 use super::catalog;
-use super::decoder::{Decoder, PendingRelation};
+use super::decoder::{Decoder, PendingRelation, Piece, PieceLimits};
 use super::session::unavailable;
 use super::setup::{Start, check_slot_and_publication, replication_config};
 use super::table::added_column;
@@ -61,6 +68,11 @@ impl Stream {
         }
     }
 
+    /// Where big transactions are cut into pieces.
+    pub fn set_piece_limits(&mut self, limits: PieceLimits) {
+        self.decoder.set_limits(limits);
+    }
+
     /// Takes over what setting up found or created.
     pub fn prepare(&mut self, start: &mut Start) {
         self.acked = start.acked;
@@ -90,9 +102,9 @@ impl Stream {
         }
     }
 
-    /// The next whole transaction from the stream, or an empty one standing
-    /// at a heartbeat position after a quiet spell; None once caught up
-    /// (`exit_when_caught_up`).
+    /// The next transaction from the stream (or the next piece of a big
+    /// one), or an empty one standing at a heartbeat position after a
+    /// quiet spell; None once caught up (`exit_when_caught_up`).
     pub fn next(&mut self, cx: &mut Context) -> Result<Option<Transaction>, SourceError> {
         let mut deadline = Instant::now() + IDLE_WAIT;
         loop {
@@ -140,7 +152,10 @@ impl Stream {
         // ordinal u32::MAX, covers everything that commits at or before its
         // LSN, so the server may skip those: confirm the next byte. That
         // also lets a stopping server see us caught up with it (it waits for
-        // confirmed == sent before shutting down).
+        // confirmed == sent before shutting down). Any other position, the
+        // end of a piece included, confirms only its commit LSN: the server
+        // sends a transaction committed at the confirmed LSN again, and the
+        // changes at or before the position are skipped (`Emitted`).
         let confirm = match pos.as_stream() {
             Some((lsn, u32::MAX)) => lsn + 1,
             Some((lsn, _)) => lsn,
@@ -297,6 +312,9 @@ impl Stream {
                 if let Some(pending) = self.decoder.decode(&data, &cx.tables)? {
                     self.add_columns(cx, pending)?;
                 }
+                if let Some(piece) = self.decoder.full_piece() {
+                    return self.hand_on(cx, piece);
+                }
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.last_event = Instant::now();
@@ -315,14 +333,24 @@ impl Stream {
         Ok(None)
     }
 
-    /// Closes the transaction: fills unchanged TOAST values, numbers the
-    /// changes, and drops what was already emitted.
+    /// Closes the transaction: hands on what is left of it.
     fn on_commit(&mut self, cx: &mut Context) -> Result<Option<Transaction>, SourceError> {
-        let Some(mut open) = self.decoder.commit() else {
-            return Ok(None);
-        };
-        fill_unchanged(&mut cx.session, &cx.tables, &mut open)?;
-        let tx = open.seal(&cx.tables, &mut cx.emitted);
+        match self.decoder.commit() {
+            Some(piece) => self.hand_on(cx, piece),
+            None => Ok(None),
+        }
+    }
+
+    /// Drops what was already emitted, fills the rest's unchanged TOAST
+    /// values and numbers the changes.
+    fn hand_on(
+        &mut self,
+        cx: &mut Context,
+        mut piece: Piece,
+    ) -> Result<Option<Transaction>, SourceError> {
+        piece.leave_out_emitted(&cx.emitted);
+        fill_unchanged(&mut cx.session, &cx.tables, &mut piece.tx)?;
+        let tx = piece.seal(&cx.tables, &mut cx.emitted);
         if tx.is_some() {
             self.heartbeat = None;
         }

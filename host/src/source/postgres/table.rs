@@ -111,6 +111,53 @@ impl Table {
         self.schema = Arc::new(schema);
     }
 
+    /// Decodes column `column`'s text form; a value it cannot carry is an
+    /// error naming the table, the column and the row by `key` (the key
+    /// columns' text forms in key order, or the row's `ctid` in an append
+    /// table without a key; None where the caller does not have them).
+    pub fn decode_column(
+        &self,
+        column: usize,
+        text: &str,
+        key: &[Option<&str>],
+    ) -> Result<crate::change::Value, SourceError> {
+        let c = &self.info.columns[column];
+        super::decode::decode(&c.kind, text).map_err(|why| {
+            SourceError::Invalid(format!(
+                "table {}, column {}, row {}: {why}. The pipeline stops rather than write \
+                 another value: change the row in Postgres, or leave the column out of the \
+                 publication, and run again",
+                self.schema.name,
+                c.name,
+                self.row_name(key)
+            ))
+        })
+    }
+
+    /// `with key (id, name) = ('5', 'x')`: the row, as a reader finds it.
+    fn row_name(&self, key: &[Option<&str>]) -> String {
+        let names: Vec<&str> = if self.info.key.is_empty() {
+            if key.is_empty() {
+                return "of a table without a key".to_string();
+            }
+            vec!["ctid"]
+        } else {
+            self.info
+                .key
+                .iter()
+                .map(|&k| self.info.columns[k].name.as_str())
+                .collect()
+        };
+        if key.len() != names.len() || key.iter().any(Option::is_none) {
+            return format!("with key ({}) unknown", names.join(", "));
+        }
+        let values: Vec<String> = key
+            .iter()
+            .map(|k| super::decode::literal(k.unwrap_or_default()))
+            .collect();
+        format!("with key ({}) = ({})", names.join(", "), values.join(", "))
+    }
+
     /// The columns as `(name, type oid, typmod)`: what must stay the same
     /// between runs (see [`super::setup::SchemaFile`]).
     pub fn shape(&self) -> Vec<(String, u32, i32)> {

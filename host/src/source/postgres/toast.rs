@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::catalog::format_lsn;
-use super::decode::{decode, ident, literal};
+use super::decode::{ident, literal};
 use super::decoder::OpenTx;
 use super::session::Session;
 use super::table::{Table, Tables};
@@ -165,11 +165,11 @@ fn fill_from(
             }
             continue;
         };
+        let key: Vec<Option<&str>> = p.key_text.iter().map(|k| Some(k.as_str())).collect();
         for &c in &p.unchanged {
-            let col = &table.info.columns[c];
             p.values[c] = match row.get(c).cloned().flatten() {
                 None => Value::Null,
-                Some(text) => decode(&col.kind, &text).map_err(SourceError::Invalid)?,
+                Some(text) => table.decode_column(c, &text, &key)?,
             };
         }
     }

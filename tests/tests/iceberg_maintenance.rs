@@ -1,0 +1,273 @@
+//! `weir maintain` on Iceberg tables a pipeline wrote (generator into the
+//! WASM Iceberg sink, upsert mode, many small commits): compaction and
+//! snapshot expiry leave every table equal to the generator's state at its
+//! committed position in the `iceberg` crate, DuckDB and, once compaction
+//! has removed every equality delete, pyiceberg. A sink killed (trapped by
+//! an injected crash) at each step of a compaction leaves the tables exact,
+//! and a later run finishes the job.
+
+mod common;
+mod iceberg_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::{PipelineBuilder, SinkBuilder, TableMode, shared_component_cache, tables, text, weir};
+use iceberg_support::*;
+
+const SEED: u64 = 11;
+const PIPELINE: &str = "mt";
+
+fn iceberg_plugin() -> PathBuf {
+    common::plugin("weir-iceberg-sink")
+}
+
+/// The pipeline file `file` in `dir`: every generator table upserted into
+/// the lake, small batches (many commits), and the maintenance `policy`.
+fn pipeline(dir: &Path, file: &str, changes: u64, lake: &Lake, policy: &[(&str, &str)]) -> PathBuf {
+    let sink = policy.iter().fold(
+        SinkBuilder::new("iceberg", iceberg_plugin())
+            .blob_store(&lake.root)
+            .limits(1024, 120_000)
+            .retries(1)
+            .config("warehouse", &lake.warehouse()),
+        |sink, (key, value)| sink.config(key, value),
+    );
+    tables()
+        .iter()
+        .fold(PipelineBuilder::generator(SEED, changes), |p, t| {
+            p.table(&t.name, TableMode::Upsert, &destination(&t.name))
+        })
+        .name(PIPELINE)
+        .sink(sink)
+        .max_rows(25)
+        .linger_ms(20)
+        .heartbeat_ms(500)
+        .metadata("pos", "change_pos")
+        .state_dir("state")
+        .write(&dir.join(file))
+}
+
+/// No maintenance while the pipeline runs, so that `weir maintain` finds
+/// the small files and old snapshots.
+const RUN_POLICY: [(&str, &str); 2] = [
+    ("compact_min_files", "0"),
+    ("expire_snapshots_older_than", "never"),
+];
+const MAINTAIN_POLICY: [(&str, &str); 2] = [
+    ("expire_snapshots_older_than", "0s"),
+    ("keep_snapshots", "1"),
+];
+
+fn run_weir(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    let cache = shared_component_cache();
+    let mut all = vec![("WEIR_COMPONENT_CACHE", cache.to_str().unwrap())];
+    all.extend_from_slice(envs);
+    weir(args, &all)
+}
+
+/// The table's current metadata, as JSON.
+fn metadata_json(lake: &Lake, table: &str) -> serde_json::Value {
+    let path = lake.metadata(&destination(table)).unwrap();
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// A total from the current snapshot's summary.
+fn total(lake: &Lake, table: &str, key: &str) -> u64 {
+    let metadata = metadata_json(lake, table);
+    let current = metadata["current-snapshot-id"].as_i64();
+    let snapshot = metadata["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["snapshot-id"].as_i64() == current)
+        .unwrap();
+    snapshot["summary"][key].as_str().unwrap().parse().unwrap()
+}
+
+fn committed(lake: &Lake) -> BTreeMap<String, Vec<u8>> {
+    tables()
+        .iter()
+        .filter_map(|t| {
+            lake.committed(&destination(&t.name), PIPELINE, &t.name)
+                .map(|(p, _)| (t.name.clone(), p))
+        })
+        .collect()
+}
+
+/// Every reader returns exactly the generator's state at each table's
+/// committed position; pyiceberg too once a table has no equality delete.
+fn assert_readers(lake: &Lake, changes: u64, only: Option<&str>, label: &str) {
+    let at = committed(lake);
+    let want = upsert_state_at(SEED, changes, &at);
+    for table in tables() {
+        if only.is_some_and(|name| name != table.name) {
+            continue;
+        }
+        let metadata = lake.metadata(&destination(&table.name)).unwrap();
+        let columns = column_names(&table, &["change_pos"]);
+        let native = read_native(&metadata).project(&columns);
+        assert_eq!(
+            duplicate_keys(&table, &native),
+            0,
+            "{label}: {}",
+            table.name
+        );
+        assert_rows(
+            &format!("{label}, iceberg crate, {}", table.name),
+            &want[&table.name],
+            &native,
+        );
+        let mut readers = vec!["duckdb"];
+        if total(lake, &table.name, "total-equality-deletes") == 0 {
+            readers.push("pyiceberg");
+        }
+        for reader in readers {
+            let read = read_python(reader, &metadata)
+                .unwrap_or_else(|e| panic!("{label}: {reader} cannot read {}: {e}", table.name));
+            assert_rows(
+                &format!("{label}, {reader}, {}", table.name),
+                &want[&table.name],
+                &read.project(&columns),
+            );
+        }
+    }
+}
+
+#[test]
+fn maintain_compacts_and_expires_and_every_reader_agrees() {
+    const CHANGES: u64 = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake {
+        root: dir.path().join("lake"),
+    };
+    let run = pipeline(dir.path(), "run.yaml", CHANGES, &lake, &RUN_POLICY);
+    let out = run_weir(&["run", run.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir run failed: {}", text(&out));
+    let before = committed(&lake);
+    let mut files_before = BTreeMap::new();
+    for table in tables() {
+        let files = total(&lake, &table.name, "total-data-files");
+        assert!(files > 5, "{}: only {files} data files", table.name);
+        files_before.insert(table.name.clone(), files);
+    }
+    assert_readers(&lake, CHANGES, None, "before maintenance");
+
+    let maintain = pipeline(
+        dir.path(),
+        "maintain.yaml",
+        CHANGES,
+        &lake,
+        &MAINTAIN_POLICY,
+    );
+    let out = run_weir(&["maintain", maintain.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir maintain failed: {}", text(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("compacted") && report.contains("expired"),
+        "{report}"
+    );
+    println!("{report}");
+
+    assert_eq!(committed(&lake), before, "maintenance moved a position");
+    for table in tables() {
+        let name = &table.name;
+        assert_eq!(total(&lake, name, "total-data-files"), 1, "{name}");
+        assert_eq!(total(&lake, name, "total-delete-files"), 0, "{name}");
+        let snapshots = metadata_json(&lake, name)["snapshots"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(snapshots, 1, "{name}");
+        println!(
+            "{name}: {} data files -> 1, one snapshot left",
+            files_before[name]
+        );
+    }
+    assert_readers(&lake, CHANGES, None, "after maintenance");
+
+    // The pipeline goes on from where it stood, on top of the compacted
+    // tables (its later deletes apply to the rewritten rows).
+    let more = pipeline(dir.path(), "run.yaml", CHANGES + 300, &lake, &RUN_POLICY);
+    let out = run_weir(&["run", more.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir run failed: {}", text(&out));
+    assert_readers(&lake, CHANGES + 300, None, "after more changes");
+}
+
+/// The manifests of the table's current snapshot.
+fn manifests(lake: &Lake, table: &str) -> usize {
+    let metadata = metadata_json(lake, table);
+    let current = metadata["current-snapshot-id"].as_i64();
+    let snapshot = metadata["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["snapshot-id"].as_i64() == current)
+        .unwrap();
+    let list = snapshot["manifest-list"].as_str().unwrap();
+    let bytes = std::fs::read(list.strip_prefix("file://").unwrap()).unwrap();
+    iceberg::spec::ManifestList::parse_with_version(&bytes, iceberg::spec::FormatVersion::V2)
+        .unwrap()
+        .entries()
+        .len()
+}
+
+#[test]
+fn a_crash_at_each_step_of_a_compaction_leaves_the_table_exact() {
+    const CHANGES: u64 = 400;
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake {
+        root: dir.path().join("lake"),
+    };
+    let run = pipeline(dir.path(), "run.yaml", CHANGES, &lake, &RUN_POLICY);
+    let out = run_weir(&["run", run.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir run failed: {}", text(&out));
+    let table = tables()[0].name.clone();
+    let maintain = pipeline(
+        dir.path(),
+        "maintain.yaml",
+        CHANGES,
+        &lake,
+        &MAINTAIN_POLICY,
+    );
+    let maintain = maintain.to_str().unwrap();
+    let compact = ["maintain", maintain, "--table", &table, "--compact"];
+
+    // Its writes: one data file, every manifest rewritten (each names a
+    // file that goes), the new manifest, the manifest list, the metadata
+    // (the commit) and the version hint.
+    let m = manifests(&lake, &table) as u64;
+    let files = total(&lake, &table, "total-data-files");
+    for (at, step) in [
+        (1, "the compacted data file"),
+        (2, "the first rewritten manifest"),
+        (m + 3, "the manifest list"),
+        (m + 4, "the metadata commit"),
+        (m + 5, "the version hint, after the commit"),
+    ] {
+        let at_text = at.to_string();
+        let out = run_weir(&compact, &[("WEIR_MAINTAIN_CRASH_AT", &at_text)]);
+        let said = text(&out);
+        assert!(
+            said.contains(&format!("crash injected at write {at} ")),
+            "inconclusive: the crash at write {at} ({step}) did not land: {said}"
+        );
+        assert!(!out.status.success(), "{said}");
+        let compacted = total(&lake, &table, "total-data-files") == 1;
+        assert_eq!(
+            compacted,
+            at == m + 5,
+            "crash at {step}: {files} data files before"
+        );
+        assert_readers(&lake, CHANGES, Some(&table), &format!("crash at {step}"));
+    }
+    // The commit had landed before the last crash: nothing is left to do.
+    let out = run_weir(&compact, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no data files worth compacting"),
+        "{}",
+        text(&out)
+    );
+    assert_readers(&lake, CHANGES, Some(&table), "after the crashes");
+}
