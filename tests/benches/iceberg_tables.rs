@@ -5,8 +5,12 @@
 //! deletes and re-inserts of deleted keys). It is written three ways by the
 //! sink as WebAssembly (the compiled component is cached before timing):
 //!
-//! - `position`: upsert with position deletes (the default);
+//! - `position`: upsert with position deletes (the default), no
+//!   maintenance at commit boundaries;
 //! - `equality`: upsert with `delete_mode: equality`;
+//! - `position+policy`: position deletes with the sink's default
+//!   maintenance policy, which compacts at commit boundaries (what a user
+//!   gets without configuring anything);
 //! - `once`: the same final rows, each written once (the baseline readers
 //!   are compared with).
 //!
@@ -15,7 +19,10 @@
 //! - DuckDB and pyiceberg full-scan times (best of `ROUNDS`, reader start-up
 //!   excluded, planning and delete files included) of each table, as ratios
 //!   to the `once` table, before and after compaction (`weir maintain`'s
-//!   code, run through the sink's maintenance export).
+//!   code, run through the sink's maintenance export; the policy that
+//!   compacts at commit boundaries is off, so "before" is what the commits
+//!   alone leave: their data and delete files, with the manifests merged
+//!   every 32 commits).
 //!
 //! Every scan's row count and balance sum are checked against the model the
 //! seed gives: a reader returning wrong rows fails the run.
@@ -31,9 +38,9 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
+use weir::position::Position;
 use weir::runtime::network::SinkNetwork;
 use weir::runtime::{BatchHeader, CommitRequest, Limits, SinkInstance, TableDescription};
-use weir_core::Position;
 use weir_sdk::native::encode_ipc;
 
 mod support;
@@ -279,25 +286,38 @@ fn main() {
         call_timeout: Duration::from_secs(300),
         log: Default::default(),
     };
-    let open = |name: &str, delete_mode: &str| -> (PathBuf, SinkInstance) {
+    // `policy`: the sink's default maintenance at commit boundaries, or none.
+    let open = |name: &str, delete_mode: &str, policy: bool| -> (PathBuf, SinkInstance) {
         let root = scratch.path().join(name);
         std::fs::create_dir_all(&root).unwrap();
         let mut instance = host.instance(&plugin, &root, SinkNetwork::none("bench"), &limits);
-        let config = vec![
+        let mut config = vec![
             (
                 "warehouse".to_string(),
                 format!("file://{}", root.display()),
             ),
             ("delete_mode".to_string(), delete_mode.to_string()),
         ];
+        if !policy {
+            // "Before compaction" is what the commits alone leave.
+            config.push(("compact_min_files".to_string(), "0".to_string()));
+            config.push((
+                "expire_snapshots_older_than".to_string(),
+                "never".to_string(),
+            ));
+        }
         instance.open("bench", &config).unwrap();
         (root, instance)
     };
 
     let mut tables = Vec::new();
     let mut write_rates = Vec::new();
-    for mode in ["position", "equality"] {
-        let (root, mut instance) = open(mode, mode);
+    for (mode, delete_mode, policy) in [
+        ("position", "position", false),
+        ("equality", "equality", false),
+        ("position+policy", "position", true),
+    ] {
+        let (root, mut instance) = open(mode, delete_mode, policy);
         write(&mut instance, 1, &model.load);
         let (took, rows) = write(&mut instance, 1 + model.load.len() as u64, &model.updates);
         let rate = rows as f64 / took.as_secs_f64();
@@ -306,10 +326,12 @@ fn main() {
         tables.push((mode, root, instance));
     }
     println!(
-        "write cost: position deletes at {:.2}x the rate of equality deletes",
-        write_rates[0] / write_rates[1]
+        "write cost: position deletes at {:.2}x the rate of equality deletes; with the default \
+         maintenance policy (compaction at commit boundaries) at {:.2}x",
+        write_rates[0] / write_rates[1],
+        write_rates[2] / write_rates[1]
     );
-    let (once_root, mut once) = open("once", "position");
+    let (once_root, mut once) = open("once", "position", false);
     write(&mut once, 1, &model.once());
     drop(once);
 
@@ -330,10 +352,10 @@ fn main() {
             for (reader, base) in readers.iter().zip(&baseline) {
                 match (scan(reader, root, rounds, &model), base) {
                     (Some(t), Some(b)) => println!(
-                        "read {reader}, {mode} deletes, {stage}: {t:.3} s, {:.2}x the table written once",
+                        "read {reader}, {mode}, {stage}: {t:.3} s, {:.2}x the table written once",
                         t / b
                     ),
-                    _ => println!("read {reader}, {mode} deletes, {stage}: not readable"),
+                    _ => println!("read {reader}, {mode}, {stage}: not readable"),
                 }
             }
         }

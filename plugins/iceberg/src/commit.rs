@@ -20,10 +20,10 @@ use std::collections::HashMap;
 
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestWriterBuilder, Operation, PartitionSpec, Schema, SchemaRef,
-    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
-    TableMetadata,
+    DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestEntry,
+    ManifestFile, ManifestList, ManifestListWriter, ManifestWriterBuilder, Operation,
+    PartitionSpec, Schema, SchemaRef, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableMetadata,
 };
 use iceberg::{Error, ErrorKind, Result};
 
@@ -41,6 +41,136 @@ pub struct Delta {
     pub schema: SchemaRef,
     /// Extra summary entries (the weir position, pipeline and epoch).
     pub properties: HashMap<String, String>,
+}
+
+/// A commit whose parent has this many manifests merges them first (see
+/// [`merge_manifests`]): planning a scan opens every manifest, so their
+/// number, not the table's size, would otherwise set the cost of a read.
+pub const MERGE_MANIFESTS_AT: usize = 32;
+
+/// Rewrites `manifests` (all with their sequence numbers assigned, i.e. of
+/// committed snapshots) into one manifest per content kind and partition
+/// spec, holding only their live entries, each with the snapshot and
+/// sequence numbers it was added with (so which deletes apply to which
+/// rows does not change). Entries already marked deleted are dropped: no
+/// reader of the new snapshot needs them, and the snapshots that removed
+/// those files still list them. A group of one manifest without deleted
+/// entries is kept as it is.
+pub async fn merge_manifests(
+    file_io: &FileIO,
+    metadata: &TableMetadata,
+    manifests: Vec<ManifestFile>,
+    snapshot_id: i64,
+    schema: SchemaRef,
+) -> Result<Vec<ManifestFile>> {
+    let mut kept = Vec::new();
+    let mut entries = LiveEntries::default();
+    let mut groups: HashMap<(bool, i32), Vec<ManifestFile>> = HashMap::new();
+    for manifest in manifests {
+        let key = (
+            manifest.content == ManifestContentType::Data,
+            manifest.partition_spec_id,
+        );
+        groups.entry(key).or_default().push(manifest);
+    }
+    for (_, group) in groups {
+        if group.len() == 1 && group[0].deleted_files_count.unwrap_or(0) == 0 {
+            kept.extend(group);
+            continue;
+        }
+        for manifest_file in &group {
+            let manifest = manifest_file.load_manifest(file_io).await?;
+            for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
+                entries.push(manifest_file, entry)?;
+            }
+        }
+    }
+    let (mut written, _) = entries
+        .write(file_io, metadata, snapshot_id, schema)
+        .await?;
+    kept.append(&mut written);
+    Ok(kept)
+}
+
+/// Live manifest entries gathered to be written into as few manifests as
+/// possible: one per content kind and partition spec, each entry with the
+/// snapshot and sequence numbers it was added with.
+#[derive(Default)]
+pub struct LiveEntries {
+    groups: HashMap<(bool, i32), Vec<(DataFile, i64, i64, Option<i64>)>>,
+}
+
+impl LiveEntries {
+    /// Adds a live `entry` of `manifest_file`.
+    pub fn push(&mut self, manifest_file: &ManifestFile, entry: &ManifestEntry) -> Result<()> {
+        let missing = |what: &str| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!(
+                    "manifest {} has an entry without its {what}",
+                    manifest_file.manifest_path
+                ),
+            )
+        };
+        let added_by = entry.snapshot_id().ok_or_else(|| missing("snapshot id"))?;
+        let sequence = entry
+            .sequence_number()
+            .ok_or_else(|| missing("sequence number"))?;
+        let key = (
+            manifest_file.content == ManifestContentType::Data,
+            manifest_file.partition_spec_id,
+        );
+        self.groups.entry(key).or_default().push((
+            entry.data_file().clone(),
+            added_by,
+            sequence,
+            entry.file_sequence_number,
+        ));
+        Ok(())
+    }
+
+    /// Writes the manifests for snapshot `snapshot_id`; returns them and
+    /// their paths.
+    pub async fn write(
+        self,
+        file_io: &FileIO,
+        metadata: &TableMetadata,
+        snapshot_id: i64,
+        schema: SchemaRef,
+    ) -> Result<(Vec<ManifestFile>, Vec<String>)> {
+        let location = metadata.location().trim_end_matches('/');
+        let merge_uuid = uuid::Uuid::new_v4();
+        let (mut manifests, mut paths) = (Vec::new(), Vec::new());
+        for (n, ((is_data, spec_id), files)) in self.groups.into_iter().enumerate() {
+            if files.is_empty() {
+                continue;
+            }
+            let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("a manifest names partition spec {spec_id}, which the table lacks"),
+                )
+            })?;
+            let path = format!("{location}/metadata/{merge_uuid}-merged{n}.avro");
+            let builder = ManifestWriterBuilder::new(
+                file_io.new_output(&path)?,
+                Some(snapshot_id),
+                schema.clone(),
+                spec.as_ref().clone(),
+            );
+            let mut writer = if is_data {
+                builder.build_v2_data()
+            } else {
+                builder.build_v2_deletes()
+            };
+            for (file, added_by, sequence, file_sequence) in files {
+                writer.add_existing_file(file, added_by, sequence, file_sequence)?;
+            }
+            paths.push(path);
+            manifests.push(writer.write_manifest_file().await?);
+        }
+        Ok((manifests, paths))
+    }
 }
 
 /// A random positive snapshot id not used by `metadata`.
@@ -139,7 +269,9 @@ pub async fn next_metadata(
         delta.schema.schema_id()
     };
 
-    // The parent's manifests stay; the new ones join them.
+    // The parent's manifests stay; the new ones join them. Every commit
+    // adds one or two, and every reader opens each one to plan a scan, so
+    // once there are many the parent's are merged into one per kind.
     let mut manifests: Vec<ManifestFile> = match parent {
         Some(parent) => {
             let bytes = file_io.new_input(parent.manifest_list())?.read().await?;
@@ -150,6 +282,16 @@ pub async fn next_metadata(
         }
         None => Vec::new(),
     };
+    if manifests.len() >= MERGE_MANIFESTS_AT {
+        manifests = merge_manifests(
+            file_io,
+            base,
+            manifests,
+            delta.snapshot_id,
+            delta.schema.clone(),
+        )
+        .await?;
+    }
     manifests.extend(delta.manifests.iter().cloned());
     let list_path = format!(
         "{}/metadata/snap-{}-{}-{}.avro",

@@ -275,7 +275,9 @@ impl Sink for IcebergSink {
         });
         match result {
             Ok(loaded) => {
-                let loaded = self.maintenance.after_commit(settings, runtime, &path, loaded);
+                let loaded = self
+                    .maintenance
+                    .after_commit(settings, runtime, &path, loaded);
                 if self.specs_checked.insert(path.clone()) {
                     warn_on_other_spec(settings, &table, &path, &loaded.metadata);
                 }

@@ -39,9 +39,9 @@ use iceberg::TableIdent;
 
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{
-    DataContentType, DataFile, MAIN_BRANCH, Manifest, ManifestContentType, ManifestFile,
-    ManifestList, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotReference, SnapshotRetention, Summary, TableMetadata,
+    DataContentType, DataFile, MAIN_BRANCH, Manifest, ManifestFile, ManifestList,
+    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, Summary, TableMetadata,
 };
 use iceberg::table::Table as IcebergTable;
 use iceberg::{Error, ErrorKind, Runtime};
@@ -611,7 +611,14 @@ impl TableWork<'_> {
             prefix: &prefix,
             target_file_size: self.policy.compact_target_file_size,
         };
-        let added = crate::files::write_data(&spec, schema.clone(), rows).await?;
+        // Rewritten rows go back into their partitions, under the current spec.
+        let added = crate::files::write_partitioned_data(
+            &spec,
+            schema.clone(),
+            metadata.default_partition_spec().clone(),
+            rows,
+        )
+        .await?;
         written.extend(added.iter().map(|f| f.file_path().to_string()));
 
         let snapshot_id = crate::commit::new_snapshot_id(metadata);
@@ -619,81 +626,45 @@ impl TableWork<'_> {
         let location = metadata.location().trim_end_matches('/');
         let commit_uuid = uuid::Uuid::new_v4();
 
-        // The parent's manifests: kept as they are unless they list a file
-        // that goes, then rewritten with it marked deleted.
+        // The parent's manifests, their live entries minus the files that
+        // go, merged into one manifest per kind and partition spec: a
+        // compacted table is cheap to plan as well as to read.
         let list = ManifestList::parse_with_version(
             &file_io.new_input(parent.manifest_list())?.read().await?,
             metadata.format_version(),
         )?;
-        let mut manifests: Vec<ManifestFile> = Vec::new();
+        let mut carried = crate::commit::LiveEntries::default();
         let mut removed_data: Vec<DataFile> = Vec::new();
         let mut removed_deletes: Vec<DataFile> = Vec::new();
         let mut live: Vec<DataFile> = Vec::new();
-        for (n, manifest_file) in list.consume_entries().into_iter().enumerate() {
+        for manifest_file in list.consume_entries() {
             let manifest: Manifest = manifest_file.load_manifest(file_io).await?;
-            let goes = |entry: &iceberg::spec::ManifestEntry| {
+            for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
                 let path = entry.file_path();
-                match entry.content_type() {
+                let goes = match entry.content_type() {
                     DataContentType::Data => rewritten.contains(path),
                     // A delete file goes when every data file it applies to
                     // is rewritten (or it applies to none any more).
                     _ => applies
                         .get(path)
                         .is_none_or(|targets| targets.iter().all(|t| rewritten.contains(t))),
-                }
-            };
-            let alive: Vec<_> = manifest
-                .entries()
-                .iter()
-                .filter(|e| e.is_alive())
-                .cloned()
-                .collect();
-            if !alive.iter().any(|e| goes(e)) {
-                live.extend(alive.iter().map(|e| e.data_file().clone()));
-                manifests.push(manifest_file);
-                continue;
-            }
-            let spec = metadata
-                .partition_spec_by_id(manifest_file.partition_spec_id)
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::DataInvalid,
-                        format!(
-                            "manifest {} names partition spec {}, which the table lacks",
-                            manifest_file.manifest_path, manifest_file.partition_spec_id
-                        ),
-                    )
-                })?;
-            let path = format!("{location}/metadata/{commit_uuid}-r{n}.avro");
-            let builder = ManifestWriterBuilder::new(
-                file_io.new_output(&path)?,
-                Some(snapshot_id),
-                schema.clone(),
-                spec.as_ref().clone(),
-            );
-            let mut writer = match manifest_file.content {
-                ManifestContentType::Data => builder.build_v2_data(),
-                ManifestContentType::Deletes => builder.build_v2_deletes(),
-            };
-            for entry in alive {
-                let sequence = entry.sequence_number().ok_or_else(|| missing(&entry))?;
-                let file_sequence = entry.file_sequence_number;
+                };
                 let file = entry.data_file().clone();
-                if goes(&entry) {
+                if goes {
                     match file.content_type() {
-                        DataContentType::Data => removed_data.push(file.clone()),
-                        _ => removed_deletes.push(file.clone()),
+                        DataContentType::Data => removed_data.push(file),
+                        _ => removed_deletes.push(file),
                     }
-                    writer.add_delete_file(file, sequence, file_sequence)?;
                 } else {
-                    let added_by = entry.snapshot_id().ok_or_else(|| missing(&entry))?;
-                    live.push(file.clone());
-                    writer.add_existing_file(file, added_by, sequence, file_sequence)?;
+                    carried.push(&manifest_file, entry)?;
+                    live.push(file);
                 }
             }
-            written.push(path);
-            manifests.push(writer.write_manifest_file().await?);
         }
+        let (mut manifests, paths) = carried
+            .write(file_io, metadata, snapshot_id, schema.clone())
+            .await?;
+        written.extend(paths);
         if !added.is_empty() {
             let path = format!("{location}/metadata/{commit_uuid}-a.avro");
             let mut writer = ManifestWriterBuilder::new(
@@ -959,16 +930,6 @@ impl TableWork<'_> {
             let _ = self.settings.file_io.delete(location).await;
         }
     }
-}
-
-fn missing(entry: &iceberg::spec::ManifestEntry) -> Error {
-    Error::new(
-        ErrorKind::DataInvalid,
-        format!(
-            "manifest entry of {} has no sequence number or snapshot id",
-            entry.file_path()
-        ),
-    )
 }
 
 async fn read_list(

@@ -255,6 +255,11 @@ impl Partitioner {
     pub fn spec_id(&self) -> i32 {
         self.spec.spec_id()
     }
+
+    /// The number of partition fields.
+    pub fn arity(&self) -> usize {
+        self.spec.fields().len()
+    }
 }
 
 /// The rows of one partition.

@@ -512,6 +512,23 @@ impl TableCommit<'_> {
         }
         let mut positions: Vec<(Struct, Vec<(String, i64)>)> = positions.into_iter().collect();
         positions.sort_by(|a, b| a.1.first().cmp(&b.1.first()));
+        let arity = partitioner.map_or(0, Partitioner::arity);
+        if let Some((value, rows)) = positions.iter().find(|(v, _)| v.fields().len() != arity) {
+            // A file of another partition spec (the table's spec was changed
+            // by another writer): its deletes cannot be described in ours.
+            return Err((
+                SinkError::Fatal(format!(
+                    "table {} (Iceberg table {}): data file {} has a partition of {} fields, \
+                     the table's current spec has {arity}; position deletes against files of \
+                     an older partition spec are not supported",
+                    self.table.name,
+                    self.path,
+                    rows.first().map(|r| r.0.as_str()).unwrap_or_default(),
+                    value.fields().len()
+                )),
+                true,
+            ));
+        }
         for (n, (value, rows)) in positions.into_iter().enumerate() {
             let partition = partitioner.map(|p| files::DeletePartition {
                 value,

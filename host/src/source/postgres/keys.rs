@@ -267,6 +267,23 @@ mod tests {
     }
 
     #[test]
+    fn a_uuid_key_position_of_the_text_order_does_not_decode_as_the_value_order() {
+        // Builds before uuid keys were ordered by value wrote their text;
+        // such a position must fail to resume, not resume at a wrong key.
+        let uuid = "4de195d1-ec3f-4994-bfe8-09fe0b1504e7";
+        let old = encode_key(&[KeyOrder::Text], &[uuid.into()]).unwrap();
+        assert_eq!(
+            decode_key_texts(&[KeyOrder::Native(PgKind::Uuid)], &old),
+            None
+        );
+        let new = encode_key(&[KeyOrder::Native(PgKind::Uuid)], &[uuid.into()]).unwrap();
+        assert_eq!(
+            decode_key_texts(&[KeyOrder::Native(PgKind::Uuid)], &new),
+            Some(vec![uuid.to_string()])
+        );
+    }
+
+    #[test]
     fn bad_key_bytes_give_nothing_back() {
         let orders = [KeyOrder::Native(PgKind::Int32)];
         assert!(decode_key_texts(&orders, &[0, 1]).is_none());

@@ -178,9 +178,43 @@ fn publication_exists(session: &mut Session, publication: &str) -> Result<bool, 
 }
 
 /// The shapes of the tables this pipeline last streamed, kept in the
-/// state directory so that DDL done while weir was stopped is caught too.
+/// state directory so that DDL done while weir was stopped is caught too;
+/// beside them, where the backfill's stream starts ([`BackfillStart`]).
 pub(super) struct SchemaFile {
     path: PathBuf,
+    backfill_start: BackfillStart,
+}
+
+/// The slot's position when the backfill began: its stream must start
+/// there. A backfill resumed in a later run reads the current data, which
+/// is exact only when the stream that follows still replays every change
+/// since the first chunk was read; once the slot has moved past that
+/// start, the changes in between are gone from the server, and the rows a
+/// sink read before the kill would keep their old values (and rows deleted
+/// since) for good.
+struct BackfillStart {
+    path: PathBuf,
+}
+
+impl BackfillStart {
+    fn read(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        catalog::parse_lsn(text.trim())
+    }
+
+    /// Best effort, like the shapes: a file that cannot be written only
+    /// costs the check of a later resume (a warning then says so).
+    fn save(&self, lsn: u64) {
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let tmp = self.path.with_extension("tmp");
+        let written =
+            std::fs::write(&tmp, format_lsn(lsn)).and_then(|()| std::fs::rename(&tmp, &self.path));
+        if written.is_err() {
+            tracing::warn!(path = %self.path.display(), "cannot save where the backfill's stream starts");
+        }
+    }
 }
 
 /// Per table: its columns as `(name, type oid, typmod)`.
@@ -190,6 +224,9 @@ impl SchemaFile {
     pub fn new(state_dir: &Path, slot: &str) -> SchemaFile {
         SchemaFile {
             path: state_dir.join(format!("postgres-{slot}-schema.json")),
+            backfill_start: BackfillStart {
+                path: state_dir.join(format!("postgres-{slot}-backfill-start")),
+            },
         }
     }
 
@@ -405,6 +442,7 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
             start.acked = consistent_point;
             start.gated = Some(gated);
             start.backfill = Some(Backfill::new(cx.tables.len(), None, snapshot));
+            cx.schema_file.backfill_start.save(consistent_point);
         }
         None => {
             tracing::info!(
@@ -413,8 +451,11 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
                  then streaming from the slot's confirmed position"
             );
             start.backfill = Some(Backfill::new(cx.tables.len(), None, None));
+            cx.schema_file.backfill_start.save(start.acked);
         }
         Some(p) if p.as_snapshot().is_some() => {
+            let backfill_start = cx.schema_file.backfill_start.read();
+            check_slot_still_at_backfill_start(p, backfill_start, start.acked, &cx.config.slot)?;
             let (t, key) = backfill_resume_point(&cx.tables, p)?;
             start.backfill = Some(Backfill::new(cx.tables.len(), Some((t, key)), None));
         }
@@ -517,10 +558,55 @@ fn backfill_resume_point(
     let key =
         decode_key_texts(&tables[t].key_orders(), key).ok_or_else(|| SourceError::Resume {
             position: p.clone(),
-            reason: format!("not a backfill position of table {table}'s key"),
+            reason: format!(
+                "its key bytes do not decode as table {table}'s key, so the backfill cannot \
+                 find where it stopped (a weir that orders this key's type differently wrote \
+                 it: uuid and time keys are ordered by value now, by text before). Finish the \
+                 backfill with the weir that started it, or start the pipeline over: empty the \
+                 sinks, drop the slot and delete the state directory"
+            ),
         })?;
     tracing::info!(%table, "resuming the backfill after the last committed row");
     Ok((t, key))
+}
+
+/// A backfill resumes from the current data and then streams from the
+/// slot: exact only while the slot still stands where the backfill began
+/// (see [`BackfillStart`]). It has moved when the required sinks finished
+/// the backfill and streamed while another sink stayed inside it (an
+/// optional sink left out of a run, or restored from a backup): resuming
+/// for that sink would leave it wrong without a word, so the run stops,
+/// before anything is acknowledged.
+fn check_slot_still_at_backfill_start(
+    p: &Position,
+    backfill_start: Option<u64>,
+    acked: u64,
+    slot: &str,
+) -> Result<(), SourceError> {
+    let Some(began) = backfill_start else {
+        tracing::warn!(
+            %slot,
+            "resuming the backfill without knowing where its stream starts (the state \
+             directory does not say): exact only if the slot has not moved since it began"
+        );
+        return Ok(());
+    };
+    if acked <= began {
+        return Ok(());
+    }
+    let (began, confirmed) = (format_lsn(began), format_lsn(acked));
+    Err(SourceError::Resume {
+        position: p.clone(),
+        reason: format!(
+            "a sink stands inside the backfill, but replication slot `{slot}` has moved from \
+             where the backfill began (LSN {began}) to {confirmed}: the changes committed in \
+             between are no longer on the server, so the rows that sink read before would keep \
+             stale values, and rows deleted since, for good. This happens when an optional \
+             sink was left out of a run (or restored from a backup) while the others finished \
+             the backfill. Nothing was acknowledged. Re-create that sink's data: empty its \
+             destination and its positions (or remove it from the pipeline), and run again"
+        ),
+    })
 }
 
 /// A stream position older than the slot's confirmed position means a
@@ -559,6 +645,24 @@ fn check_not_behind_the_slot(p: &Position, acked: u64, slot: &str) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backfill_resumes_only_while_the_slot_stands_where_it_began() {
+        let inside = Position::snapshot("public.t", b"k");
+        assert!(check_slot_still_at_backfill_start(&inside, Some(0x200), 0x200, "weir").is_ok());
+        // Nothing recorded (an older state directory): a warning, not a stop.
+        assert!(check_slot_still_at_backfill_start(&inside, None, 0x300, "weir").is_ok());
+        let said = check_slot_still_at_backfill_start(&inside, Some(0x200), 0x300, "weir")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            said.contains("backfill public.t")
+                && said.contains("0/200")
+                && said.contains("0/300")
+                && said.contains("no longer on the server"),
+            "{said}"
+        );
+    }
 
     #[test]
     fn a_stream_position_behind_the_slot_is_an_error_naming_both_positions() {
