@@ -97,8 +97,13 @@ pub async fn merge_manifests(
 /// snapshot and sequence numbers it was added with.
 #[derive(Default)]
 pub struct LiveEntries {
-    groups: HashMap<(bool, i32), Vec<(DataFile, i64, i64, Option<i64>)>>,
+    /// By (is data, partition spec id).
+    groups: HashMap<(bool, i32), Vec<CarriedFile>>,
 }
+
+/// A file carried into a new manifest: the file, the snapshot that added
+/// it, its data sequence number and its file sequence number.
+type CarriedFile = (DataFile, i64, i64, Option<i64>);
 
 impl LiveEntries {
     /// Adds a live `entry` of `manifest_file`.
