@@ -297,9 +297,13 @@ fn python_str(s: &str) -> String {
 /// Runs the example pipeline until it has caught up with Postgres.
 fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path) {
     let example = common::workspace().join("examples/postgres-to-iceberg.yaml");
+    // The components may be built outside the checkout (CARGO_TARGET_DIR).
+    let plugin = common::plugin("weir-iceberg-sink");
+    let plugins = plugin.parent().unwrap().to_str().unwrap();
     let out = weir(
         &["run", example.to_str().unwrap()],
         &[
+            ("WEIR_PLUGINS", plugins),
             ("PG_DSN", pg.dsn(db).as_str()),
             ("WAREHOUSE", lake.warehouse().as_str()),
             ("STATE_DIR", state.to_str().unwrap()),
