@@ -364,6 +364,15 @@ fn default_max_tcp_connections() -> u64 {
 }
 
 impl LimitsConfig {
+    /// The bounds on each call into the sink: memory, wall clock, log.
+    pub fn call_limits(&self) -> crate::runtime::Limits {
+        crate::runtime::Limits {
+            memory_bytes: (self.memory_mb << 20) as usize,
+            call_timeout: std::time::Duration::from_millis(self.call_timeout_ms),
+            log: crate::runtime::capability::log::LogLimits::from_config(self),
+        }
+    }
+
     /// The bounds on the sink's outgoing network use.
     pub fn network_limits(&self) -> crate::runtime::network::NetworkLimits {
         use std::time::Duration;

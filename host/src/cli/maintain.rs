@@ -11,14 +11,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::config::{PipelineConfig, SinkConfig};
 use crate::metrics::PipelineMetrics;
 use crate::runtime::capability::blob_faults::{BlobFaults, FaultKind};
-use crate::runtime::capability::{blobstore::BlobLimits, log::LogLimits};
+use crate::runtime::capability::blobstore::BlobLimits;
 use crate::runtime::network::SinkNetwork;
-use crate::runtime::{BlobScope, Limits, Plugin, SinkWorker, WasmEngine, WorkerSpec, plugin};
+use crate::runtime::{BlobScope, Plugin, SinkWorker, WasmEngine, WorkerSpec, plugin};
 
 /// With the `failpoints` feature, `WEIR_MAINTAIN_CRASH_AT=N` makes the
 /// sink die (trap) just before its N-th blob write of the maintenance, as
@@ -146,11 +145,7 @@ fn start(
         plugin: Arc::new(loaded),
         blob: Arc::new(blob),
         network: SinkNetwork::new(&sink.name, grants, sink.limits.network_limits()),
-        limits: Limits {
-            memory_bytes: (sink.limits.memory_mb << 20) as usize,
-            call_timeout: Duration::from_millis(sink.limits.call_timeout_ms),
-            log: LogLimits::from_config(&sink.limits),
-        },
+        limits: sink.limits.call_limits(),
         retries: sink.retries,
         pipeline: config.pipeline.clone(),
         config: sink

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use weir_contract::{MetadataColumn, Mode};
 
@@ -14,11 +13,10 @@ use crate::change::TableSchema;
 use crate::commit::SinkSpec;
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
 use crate::metrics::PipelineMetrics;
-use crate::runtime::capability::{blobstore::BlobLimits, log::LogLimits};
+use crate::runtime::capability::blobstore::BlobLimits;
 use crate::runtime::network::SinkNetwork;
 use crate::runtime::{
-    BlobScope, Limits, Plugin, SinkWorker, TableDescription, TenantShare, WasmEngine, WorkerSpec,
-    plugin,
+    BlobScope, Plugin, SinkWorker, TableDescription, TenantShare, WasmEngine, WorkerSpec, plugin,
 };
 use crate::source::Source;
 use crate::source::generator::{Generator, GeneratorConfig};
@@ -134,11 +132,7 @@ impl<'a> SinkFactory<'a> {
             plugin: Arc::new(loaded),
             blob: Arc::new(blob),
             network: SinkNetwork::new(&sink.name, grants, sink.limits.network_limits()),
-            limits: Limits {
-                memory_bytes: (sink.limits.memory_mb << 20) as usize,
-                call_timeout: Duration::from_millis(sink.limits.call_timeout_ms),
-                log: LogLimits::from_config(&sink.limits),
-            },
+            limits: sink.limits.call_limits(),
             retries: sink.retries,
             pipeline: config.pipeline.clone(),
             config: sink
