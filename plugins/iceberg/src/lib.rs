@@ -27,6 +27,7 @@
 //! | `delete_mode` | upsert tables: `position` (default) or `equality` |
 //! | `index_checkpoint_commits` | store the key index every this many commits (default 50) |
 //! | `partition.<namespace>.<table>` | the partition spec a new destination table gets, e.g. `day(created_at), bucket(16, id)` ([`partition`]) |
+//! | `compact_min_files`, `compact_target_file_size_mb`, `compact_max_input_mb`, `expire_snapshots_older_than`, `keep_snapshots` | maintenance at commit boundaries ([`maintenance`], docs/maintenance.md) |
 
 use std::collections::{HashMap, HashSet};
 
