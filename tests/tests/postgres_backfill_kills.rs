@@ -349,7 +349,9 @@ fn kills_during_the_backfill(db: &'static str, with_lake: bool) {
     let mut before: Option<Position> = None;
     let mut slot_start = None;
     while kills < 8 && started.elapsed() < Duration::from_secs(40) {
-        let hit = 5 + schedule.below(200);
+        // Early in each run: every run resumes the backfill, so small
+        // counts walk the kills through it instead of past it.
+        let hit = 3 + schedule.below(30);
         let out = common::weir(
             &["run", pipeline.to_str().unwrap()],
             &[
