@@ -348,7 +348,7 @@ fn kills_during_the_backfill(db: &'static str, with_lake: bool) {
     let (mut kills, mut in_backfill) = (0, 0);
     let mut before: Option<Position> = None;
     let mut slot_start = None;
-    while kills < 8 && started.elapsed() < Duration::from_secs(40) {
+    while kills < 12 && started.elapsed() < Duration::from_secs(40) {
         // Early in each run: every run resumes the backfill, so small
         // counts walk the kills through it instead of past it.
         let hit = 3 + schedule.below(30);
