@@ -77,13 +77,18 @@ impl Warehouse {
     }
 }
 
-/// Set when a blob call failed with `io` (cleared by [`take_io_failure`]).
-/// An instance runs one call at a time, so one flag per instance is enough.
-static IO_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local! {
+    /// Set when a blob call failed with `io` (cleared by [`take_io_failure`]).
+    /// A component instance runs one call at a time on one thread; per
+    /// thread (not per process) keeps native tests that run side by side
+    /// from seeing each other's failures.
+    static IO_FAILED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
-/// Whether a blob call failed with `io` since the last time this was asked.
+/// Whether a blob call failed with `io` on this thread since the last time
+/// this was asked.
 pub fn take_io_failure() -> bool {
-    IO_FAILED.swap(false, std::sync::atomic::Ordering::Relaxed)
+    IO_FAILED.with(|failed| failed.replace(false))
 }
 
 /// Converts a blob error, keeping "not found" recognizable for the crate.
@@ -96,7 +101,7 @@ pub fn blob_error(e: BlobError) -> Error {
     };
     let retryable = matches!(e, BlobError::Io(_));
     if retryable {
-        IO_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+        IO_FAILED.with(|failed| failed.set(true));
     }
     let error = Error::new(kind, e.to_string());
     if retryable {
