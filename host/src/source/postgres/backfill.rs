@@ -1,17 +1,35 @@
 //! The backfill: every table of the publication in name order, each in
-//! key order, in chunks of `chunk_rows` rows read with `COPY ... TO
-//! STDOUT`; every chunk is one transaction for the pipeline.
+//! key order, read by one streaming `COPY ... TO STDOUT` per table. A reader
+//! thread turns its rows into changes and hands them on through a bounded
+//! channel, so the server goes on sending while the pipeline commits; every
+//! `chunk_rows` rows are one transaction for the pipeline.
 
 use std::io::IsTerminal;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use tokio_postgres::{CancelToken, Client};
 
 use super::Context;
-use super::decode::{copy_fields, ident, literal};
-use super::keys::encode_key;
+use super::decode::{CopyLine, PgKind, decode, ident, literal};
+use super::keys::{KeyOrder, append_key_texts, decode_key_texts, encode_key_part};
+use super::session::classify;
 use super::table::Table;
 use crate::change::{Change, Op, Transaction, Value};
 use crate::position::Position;
 use crate::source::SourceError;
+
+/// A piece of rows the reader hands on ends at this many bytes of COPY
+/// text, or at [`PIECE_ROWS`] rows, or where a transaction ends.
+const PIECE_BYTES: usize = 1 << 20;
+const PIECE_ROWS: usize = 4096;
+/// How many pieces the reader may be ahead of the pipeline: with
+/// [`PIECE_BYTES`], what bounds the memory the read-ahead takes.
+const PIECES_AHEAD: usize = 4;
+/// Pause before reading a table again after its connection was lost.
+const RETRY_DELAY: Duration = Duration::from_millis(500);
 
 /// Where the backfill stands.
 pub(super) struct Backfill {
@@ -19,7 +37,15 @@ pub(super) struct Backfill {
     queue: Vec<usize>,
     /// Within the first table of the queue: the key to read after.
     after_key: Option<Vec<String>>,
-    /// The slot's exported snapshot, to read every chunk in.
+    /// The position of the last row the reader handed on, in the first
+    /// table of the queue: where a read that lost its connection resumes.
+    last_read: Option<Position>,
+    /// The streaming read of the first table of the queue.
+    reader: Option<Reader>,
+    /// Set when a read failed in a way a new connection may get past:
+    /// until when it is tried again.
+    retry_until: Option<Instant>,
+    /// The slot's exported snapshot, to read every table in.
     snapshot: Option<String>,
     /// Whether the query session is inside the transaction that imported it.
     in_snapshot_tx: bool,
@@ -47,6 +73,9 @@ impl Backfill {
         Backfill {
             queue: (first..table_count).collect(),
             after_key,
+            last_read: None,
+            reader: None,
+            retry_until: None,
             snapshot,
             in_snapshot_tx: false,
             snapshot_connection: None,
@@ -55,40 +84,140 @@ impl Backfill {
         }
     }
 
-    /// The next chunk as one transaction; None once every table is read.
+    /// The next `chunk_rows` rows (fewer at a table's end) as one
+    /// transaction; None once every table is read.
     pub fn next_chunk(&mut self, cx: &mut Context) -> Result<Option<Transaction>, SourceError> {
+        let limit = cx.config.chunk_rows.max(1);
+        let mut changes: Vec<Change> = Vec::new();
         loop {
             let Some(&t) = self.queue.first() else {
                 self.finish(cx);
                 return Ok(None);
             };
             self.enter_snapshot(cx)?;
-            let table = &cx.tables[t];
-            self.show(table);
-            let limit = cx.config.chunk_rows;
-            let sql = chunk_sql(table, self.after_key.as_deref(), limit);
-            let data = cx.session.copy_out("reading a backfill chunk", &sql)?;
-            let table = &cx.tables[t];
-            self.check_still_in_snapshot(cx, table)?;
-            let (changes, last_key) = chunk_changes(table, &data, now_micros())?;
-            if last_key.is_some() {
-                self.after_key = last_key;
+            self.show(&cx.tables[t]);
+            if self.reader.is_none() {
+                self.reader = Some(self.start_reader(cx, t, changes.len(), limit)?);
             }
-            if let Some(bar) = &self.bar {
-                bar.inc(changes.len() as u64);
-            }
-            if changes.len() < limit {
-                self.table_done(table);
-            }
-            if let Some(last) = changes.last() {
-                let end = last.pos.clone();
-                cx.emitted.advance(end.clone());
-                return Ok(Some(Transaction { changes, end }));
+            let reader = self.reader.as_mut().expect("started above");
+            match reader.next_piece() {
+                Piece::Rows {
+                    mut rows,
+                    chunk_end,
+                } => {
+                    self.retry_until = None;
+                    if let Some(last) = rows.last() {
+                        self.last_read = Some(last.pos.clone());
+                    }
+                    if changes.is_empty() {
+                        changes = rows;
+                    } else {
+                        changes.append(&mut rows);
+                    }
+                    if chunk_end {
+                        self.check_still_in_snapshot(cx, &cx.tables[t])?;
+                        return Ok(Some(self.hand_on(cx, changes)));
+                    }
+                }
+                Piece::End => {
+                    self.reader = None;
+                    self.check_still_in_snapshot(cx, &cx.tables[t])?;
+                    self.table_done(&cx.tables[t]);
+                    if !changes.is_empty() {
+                        return Ok(Some(self.hand_on(cx, changes)));
+                    }
+                }
+                Piece::Failed(e) => {
+                    self.reader = None;
+                    self.read_failed(cx, t, e)?;
+                }
             }
         }
     }
 
-    /// Imports the slot's snapshot before the first chunk.
+    /// Starts the streaming read of table `t` after the last row read, on
+    /// the query connection (in the snapshot's transaction when there is
+    /// one); `in_chunk` rows of the current transaction are read already.
+    fn start_reader(
+        &mut self,
+        cx: &mut Context,
+        t: usize,
+        in_chunk: usize,
+        limit: usize,
+    ) -> Result<Reader, SourceError> {
+        let table = &cx.tables[t];
+        if let Some(pos) = &self.last_read {
+            let key = pos
+                .as_snapshot()
+                .and_then(|(_, key)| decode_key_texts(&table.key_orders(), key))
+                .ok_or_else(|| {
+                    SourceError::Invalid(format!(
+                        "table {}: the backfill cannot read its own last position {pos} back",
+                        table.info.qualified()
+                    ))
+                })?;
+            self.after_key = Some(key);
+        }
+        let client = cx.session.shared_client("reading a table's backfill")?;
+        let table = &cx.tables[t];
+        self.check_still_in_snapshot(cx, table)?;
+        let sql = copy_sql(table, self.after_key.as_deref());
+        let rows = RowReader::new(table);
+        let (pieces_in, pieces) = sync_channel(PIECES_AHEAD);
+        let cancel = client.cancel_token();
+        let rt = cx.session.runtime().clone();
+        let thread_rt = rt.clone();
+        let thread = std::thread::Builder::new()
+            .name("weir-backfill".into())
+            .spawn(move || {
+                thread_rt.block_on(read_table(&client, &sql, rows, in_chunk, limit, &pieces_in))
+            })?;
+        Ok(Reader {
+            pieces: Some(pieces),
+            thread: Some(thread),
+            cancel,
+            rt,
+            finished: false,
+        })
+    }
+
+    /// A read that failed: the run stops, unless the failure was the
+    /// connection and no snapshot is lost with it (then the table is read
+    /// again after its last row read, within the reconnect timeout).
+    fn read_failed(
+        &mut self,
+        cx: &mut Context,
+        t: usize,
+        e: SourceError,
+    ) -> Result<(), SourceError> {
+        if !e.is_transient() {
+            return Err(e);
+        }
+        if self.snapshot.is_some() {
+            return Err(lost_snapshot(&cx.tables[t], &e));
+        }
+        let until = *self
+            .retry_until
+            .get_or_insert_with(|| Instant::now() + cx.config.reconnect_timeout());
+        if Instant::now() >= until {
+            return Err(e);
+        }
+        tracing::warn!("{e}; reading the table again after its last row read");
+        std::thread::sleep(RETRY_DELAY);
+        Ok(())
+    }
+
+    /// The rows read as one transaction, ending at the last one.
+    fn hand_on(&mut self, cx: &mut Context, changes: Vec<Change>) -> Transaction {
+        if let Some(bar) = &self.bar {
+            bar.inc(changes.len() as u64);
+        }
+        let end = changes.last().expect("a chunk has rows").pos.clone();
+        cx.emitted.advance(end.clone());
+        Transaction { changes, end }
+    }
+
+    /// Imports the slot's snapshot before the first read.
     fn enter_snapshot(&mut self, cx: &mut Context) -> Result<(), SourceError> {
         let Some(name) = &self.snapshot else {
             return Ok(());
@@ -113,14 +242,8 @@ impl Backfill {
     /// mix the two. The next run resumes after the last committed chunk.
     fn check_still_in_snapshot(&self, cx: &Context, table: &Table) -> Result<(), SourceError> {
         match self.snapshot_connection {
-            Some(n) if n != cx.session.connection_number() => {
-                Err(SourceError::Unavailable(format!(
-                    "the backfill of table {} lost the connection that held the slot's exported \
-                     snapshot, so what it reads now would not be the database as of the slot's \
-                     start; stopping rather than go on outside the snapshot. Run again: the \
-                     backfill resumes after its last committed chunk",
-                    table.schema.name
-                )))
+            Some(n) if n != cx.session.connection_number() || cx.session.is_closed() => {
+                Err(lost_snapshot(table, &"the connection was closed"))
             }
             _ => Ok(()),
         }
@@ -153,6 +276,7 @@ impl Backfill {
         tracing::info!(table = %table.schema.name, "backfill of the table complete");
         self.queue.remove(0);
         self.after_key = None;
+        self.last_read = None;
     }
 
     fn finish(&mut self, cx: &mut Context) {
@@ -165,17 +289,184 @@ impl Backfill {
     }
 }
 
-/// `COPY (SELECT every column, then the key's order expressions ... WHERE
-/// (key) > (after) ORDER BY key LIMIT n) TO STDOUT`.
-fn chunk_sql(table: &Table, after_key: Option<&[String]>, limit: usize) -> String {
-    let key_exprs = table.key_order_exprs();
+fn lost_snapshot(table: &Table, cause: &dyn std::fmt::Display) -> SourceError {
+    SourceError::Unavailable(format!(
+        "the backfill of table {} lost the connection that held the slot's exported snapshot \
+         ({cause}), so what it reads now would not be the database as of the slot's start; \
+         stopping rather than go on outside the snapshot. Run again: the backfill resumes after \
+         its last committed chunk",
+        table.schema.name
+    ))
+}
+
+/// What the reader hands on, in order.
+enum Piece {
+    /// Rows in key order; `chunk_end`: the last row of a transaction.
+    Rows { rows: Vec<Change>, chunk_end: bool },
+    /// The table is read to its end.
+    End,
+    /// The read failed; nothing follows.
+    Failed(SourceError),
+}
+
+/// One table's streaming read, on a thread of its own.
+struct Reader {
+    /// Taken on drop, so that a reader waiting to hand on a piece stops.
+    pieces: Option<Receiver<Piece>>,
+    thread: Option<JoinHandle<()>>,
+    /// Ends the query on the server when the read is dropped unfinished.
+    cancel: CancelToken,
+    rt: tokio::runtime::Handle,
+    /// Whether the reader said its last word (End or Failed).
+    finished: bool,
+}
+
+impl Reader {
+    fn next_piece(&mut self) -> Piece {
+        let piece = self
+            .pieces
+            .as_ref()
+            .and_then(|pieces| pieces.recv().ok())
+            .unwrap_or_else(|| {
+                Piece::Failed(SourceError::Invalid(
+                    "the backfill's reader thread ended without handing on its rows".into(),
+                ))
+            });
+        self.finished = !matches!(piece, Piece::Rows { .. });
+        piece
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.pieces = None;
+        if self.finished {
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+            return;
+        }
+        // Stopped mid-table (the run stops, or failed): the server would
+        // otherwise send the rest of the table before the connection could
+        // serve anything else. The thread ends on its own once the query does.
+        let cancel = self.cancel.clone();
+        let cancelled = self.rt.block_on(async move {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                cancel.cancel_query(tokio_postgres::NoTls),
+            )
+            .await
+        });
+        if !matches!(cancelled, Ok(Ok(()))) {
+            tracing::debug!("could not cancel the backfill's COPY; its connection ends it");
+        }
+    }
+}
+
+/// Reads one table with `sql` (a `COPY ... TO STDOUT`) and hands its rows
+/// on in pieces, `in_chunk` rows into a transaction of `limit` rows.
+async fn read_table(
+    client: &Client,
+    sql: &str,
+    mut rows: RowReader,
+    mut in_chunk: usize,
+    limit: usize,
+    out: &SyncSender<Piece>,
+) {
+    let what = format!("reading the backfill of table {}", rows.table.schema.name);
+    let read = async {
+        let fail = |e: tokio_postgres::Error| classify(&what, client.is_closed(), &e);
+        let stream = client.copy_out(sql).await.map_err(fail)?;
+        let mut stream = std::pin::pin!(stream);
+        let commit_ts = now_micros();
+        let mut piece = Vec::new();
+        let mut bytes = 0;
+        while let Some(line) = stream.next().await {
+            let line = line.map_err(fail)?;
+            piece.push(rows.change(&line, commit_ts)?);
+            in_chunk += 1;
+            bytes += line.len();
+            let chunk_end = in_chunk >= limit;
+            if chunk_end || bytes >= PIECE_BYTES || piece.len() >= PIECE_ROWS {
+                let rows = std::mem::replace(&mut piece, Vec::with_capacity(PIECE_ROWS.min(limit)));
+                if out.send(Piece::Rows { rows, chunk_end }).is_err() {
+                    // The backfill stopped reading: so does this thread.
+                    return Ok(false);
+                }
+                if chunk_end {
+                    in_chunk = 0;
+                }
+                bytes = 0;
+            }
+        }
+        if !piece.is_empty() {
+            let rows = Piece::Rows {
+                rows: piece,
+                chunk_end: false,
+            };
+            if out.send(rows).is_err() {
+                return Ok(false);
+            }
+        }
+        Ok::<bool, SourceError>(true)
+    };
+    let last = match read.await {
+        Ok(true) => Piece::End,
+        Ok(false) => return,
+        Err(e) => Piece::Failed(e),
+    };
+    let _ = out.send(last);
+}
+
+/// Where a key column's text is found on a line of the backfill's COPY.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum KeyField {
+    /// The column's own field; decoded there already for a `Native` order.
+    Column(usize),
+    /// An expression selected after the columns (`ctid`, or a key ordered
+    /// by a text form its column does not print as such).
+    Extra(usize),
+}
+
+/// Every column, then the key expressions a column's own field cannot
+/// stand for; and where each key column's text is.
+fn selected(table: &Table) -> (Vec<String>, Vec<KeyField>) {
+    let width = table.info.columns.len();
     let mut select: Vec<String> = table
         .info
         .columns
         .iter()
         .map(|c| format!("w.{}", ident(&c.name)))
         .collect();
-    select.extend(key_exprs.iter().cloned());
+    let exprs = table.key_order_exprs();
+    if table.info.key.is_empty() {
+        select.extend(exprs);
+        return (select, vec![KeyField::Extra(width)]);
+    }
+    let mut fields = Vec::new();
+    for ((&c, order), expr) in table.info.key.iter().zip(table.key_orders()).zip(exprs) {
+        let column = &table.info.columns[c];
+        // COPY prints a column with its output function, which a cast to
+        // text also uses, except for the types cast by their own rule
+        // (char(n) drops its padding): only text and varchar are sure to
+        // print as their text form orders.
+        let prints_as_text = column.kind == PgKind::Text
+            && (column.sql_type == "text" || column.sql_type.starts_with("character varying"));
+        if matches!(order, KeyOrder::Native(_)) || prints_as_text {
+            fields.push(KeyField::Column(c));
+        } else {
+            fields.push(KeyField::Extra(select.len()));
+            select.push(expr);
+        }
+    }
+    (select, fields)
+}
+
+/// `COPY (SELECT every column, then the key expressions it needs ... WHERE
+/// (key) > (after) ORDER BY key) TO STDOUT`.
+fn copy_sql(table: &Table, after_key: Option<&[String]>) -> String {
+    let key_exprs = table.key_order_exprs();
+    let (select, _) = selected(table);
     // The publication's row filter: rows outside it never stream, so a
     // backfilled one would stay in the sinks however Postgres changes it.
     let mut conditions: Vec<String> = table
@@ -197,63 +488,119 @@ fn chunk_sql(table: &Table, after_key: Option<&[String]>, limit: usize) -> Strin
         format!(" WHERE {}", conditions.join(" AND "))
     };
     format!(
-        "COPY (SELECT {} FROM {} AS w{filter} ORDER BY {} LIMIT {limit}) TO STDOUT",
+        "COPY (SELECT {} FROM {} AS w{filter} ORDER BY {}) TO STDOUT",
         select.join(", "),
         table.info.sql_name(),
         key_exprs.join(", "),
     )
 }
 
-/// The rows of a chunk as snapshot reads, and the last row's key texts.
-fn chunk_changes(
-    table: &Table,
-    data: &[u8],
-    commit_ts: i64,
-) -> Result<(Vec<Change>, Option<Vec<String>>), SourceError> {
-    let orders = table.key_orders();
-    let width = table.info.columns.len();
-    let mut changes = Vec::new();
-    let mut last_key = None;
-    let expected = width + orders.len();
-    let lines = data.split(|&b| b == b'\n').filter(|l| !l.is_empty());
-    for (number, line) in (1..).zip(lines) {
-        let fields = copy_fields(line).map_err(SourceError::Invalid)?;
-        if fields.len() != expected {
-            return Err(SourceError::Invalid(format!(
-                "table {}: line {number} of a backfill chunk has {} fields where the query \
-                 selects {expected}: {:?}",
+/// Turns lines of the backfill's COPY into snapshot reads, reusing its
+/// buffers from row to row.
+struct RowReader {
+    /// The table as the backfill started it.
+    table: Table,
+    orders: Vec<KeyOrder>,
+    key_fields: Vec<KeyField>,
+    /// Fields a line must have.
+    expected: usize,
+    line: CopyLine,
+    key: Vec<u8>,
+    /// Rows read so far, for errors.
+    number: u64,
+}
+
+impl RowReader {
+    fn new(table: &Table) -> RowReader {
+        let (select, key_fields) = selected(table);
+        RowReader {
+            table: Table {
+                info: table.info.clone(),
+                schema: table.schema.clone(),
+                append: table.append,
+                departed: table.departed,
+            },
+            orders: table.key_orders(),
+            key_fields,
+            expected: select.len(),
+            line: CopyLine::default(),
+            key: Vec::new(),
+            number: 0,
+        }
+    }
+
+    /// The row on one line of COPY text (with or without its newline).
+    fn change(&mut self, line: &[u8], commit_ts: i64) -> Result<Change, SourceError> {
+        self.number += 1;
+        let text = line.strip_suffix(b"\n").unwrap_or(line);
+        let table = &self.table;
+        let fields = self.line.split(text).map_err(|e| {
+            SourceError::Invalid(format!(
+                "table {}: row {} of the backfill: {e}",
                 table.info.qualified(),
+                self.number
+            ))
+        })?;
+        if fields.len() != self.expected {
+            return Err(SourceError::Invalid(format!(
+                "table {}: line {} of the backfill has {} fields where the query selects {}: {:?}",
+                table.info.qualified(),
+                self.number,
                 fields.len(),
-                String::from_utf8_lossy(line)
+                self.expected,
+                String::from_utf8_lossy(text)
             )));
         }
-        let key: Vec<Option<&str>> = fields[width..].iter().map(Option::as_deref).collect();
-        let values = fields[..width]
-            .iter()
-            .enumerate()
-            .map(|(c, f)| match f {
-                None => Ok(Value::Null),
-                Some(text) => table.decode_column(c, text, &key),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let key_text: Vec<String> = fields[width..]
-            .iter()
-            .map(|f| f.clone().unwrap_or_default())
-            .collect();
-        let key = encode_key(&orders, &key_text).map_err(|e| {
-            SourceError::Invalid(format!("table {}: key: {e}", table.info.qualified()))
-        })?;
-        changes.push(Change {
+        let key_text = |k: &KeyField| match *k {
+            KeyField::Column(i) | KeyField::Extra(i) => fields.get(i),
+        };
+        let mut values = Vec::with_capacity(table.info.columns.len());
+        for (c, column) in table.info.columns.iter().enumerate() {
+            values.push(match fields.get(c) {
+                None => Value::Null,
+                Some(text) => match decode(&column.kind, text) {
+                    Ok(value) => value,
+                    Err(_) => {
+                        // Decoded again, for the error that names the row.
+                        let key: Vec<Option<&str>> = self.key_fields.iter().map(key_text).collect();
+                        return Err(table.decode_column(c, text, &key).err().unwrap_or_else(
+                            || {
+                                SourceError::Invalid(format!(
+                                    "table {}, column {}: a value that decodes once only",
+                                    table.schema.name, column.name
+                                ))
+                            },
+                        ));
+                    }
+                },
+            });
+        }
+        self.key.clear();
+        for (order, field) in self.orders.iter().zip(&self.key_fields) {
+            let value = match (order, field) {
+                (KeyOrder::Native(_), KeyField::Column(c)) => Some(&values[*c]),
+                _ => None,
+            };
+            let text = key_text(field).unwrap_or_default();
+            encode_key_part(order, value, text, &mut self.key).map_err(|e| {
+                SourceError::Invalid(format!("table {}: key: {e}", table.info.qualified()))
+            })?;
+        }
+        append_key_texts(
+            self.key_fields
+                .iter()
+                .map(|k| key_text(k).unwrap_or_default()),
+            &mut self.key,
+        );
+        Ok(Change {
             table: table.schema.clone(),
             op: Op::Read,
-            pos: Position::snapshot(&table.schema.name, &key),
+            pos: Position::snapshot(&table.schema.name, &self.key),
             commit_ts_micros: commit_ts,
             snapshot: true,
             values,
-        });
-        last_key = Some(key_text);
+        })
     }
-    Ok((changes, last_key))
 }
 
 fn now_micros() -> i64 {
@@ -261,13 +608,11 @@ fn now_micros() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::postgres::decode::PgKind;
+    use crate::source::postgres::catalog::PgColumn;
     use crate::source::postgres::decoder::tests::{column, table_of};
-    use crate::source::postgres::keys::decode_key_texts;
 
     fn docs() -> Table {
         table_of(
@@ -280,29 +625,44 @@ mod tests {
         )
     }
 
+    fn text_column(name: &str, sql_type: &str) -> PgColumn {
+        PgColumn {
+            sql_type: sql_type.to_string(),
+            ..column(name, PgKind::Text, "text")
+        }
+    }
+
+    /// The rows of `data` (COPY text) as the reader hands them on.
+    fn read(table: &Table, data: &[u8]) -> Result<Vec<Change>, SourceError> {
+        let mut rows = RowReader::new(table);
+        data.split_inclusive(|&b| b == b'\n')
+            .map(|line| rows.change(line, 5))
+            .collect()
+    }
+
     #[test]
-    fn a_chunk_reads_after_the_last_key_in_key_order() {
+    fn a_table_is_read_after_the_last_key_in_key_order_in_one_query() {
         assert_eq!(
-            chunk_sql(&docs(), None, 10),
-            "COPY (SELECT w.\"id\", w.\"title\", w.\"id\" FROM \"public\".\"docs\" AS w \
-             ORDER BY w.\"id\" LIMIT 10) TO STDOUT"
+            copy_sql(&docs(), None),
+            "COPY (SELECT w.\"id\", w.\"title\" FROM \"public\".\"docs\" AS w ORDER BY w.\"id\") \
+             TO STDOUT"
         );
         assert_eq!(
-            chunk_sql(&docs(), Some(&["7".to_string()]), 10),
-            "COPY (SELECT w.\"id\", w.\"title\", w.\"id\" FROM \"public\".\"docs\" AS w \
-             WHERE (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\" LIMIT 10) TO STDOUT"
+            copy_sql(&docs(), Some(&["7".to_string()])),
+            "COPY (SELECT w.\"id\", w.\"title\" FROM \"public\".\"docs\" AS w \
+             WHERE (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\") TO STDOUT"
         );
     }
 
     #[test]
-    fn a_chunk_reads_only_the_rows_the_publication_filter_keeps() {
+    fn a_table_is_read_only_where_the_publication_filter_keeps_rows() {
         let mut table = docs();
         table.info.row_filter = Some("(title <> 'secret'::text)".into());
         assert_eq!(
-            chunk_sql(&table, Some(&["7".to_string()]), 10),
-            "COPY (SELECT w.\"id\", w.\"title\", w.\"id\" FROM \"public\".\"docs\" AS w \
-             WHERE ((title <> 'secret'::text)) AND (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\" \
-             LIMIT 10) TO STDOUT"
+            copy_sql(&table, Some(&["7".to_string()])),
+            "COPY (SELECT w.\"id\", w.\"title\" FROM \"public\".\"docs\" AS w \
+             WHERE ((title <> 'secret'::text)) AND (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\") \
+             TO STDOUT"
         );
     }
 
@@ -313,17 +673,54 @@ mod tests {
             vec![column("body", PgKind::Text, "text")],
             vec![],
         );
-        let sql = chunk_sql(&log, Some(&["(0,3)".to_string()]), 5);
+        let sql = copy_sql(&log, Some(&["(0,3)".to_string()]));
         assert!(
-            sql.contains("WHERE (w.ctid) > ('(0,3)'::tid) ORDER BY w.ctid"),
+            sql.starts_with("COPY (SELECT w.\"body\", w.ctid FROM")
+                && sql.contains("WHERE (w.ctid) > ('(0,3)'::tid) ORDER BY w.ctid"),
             "{sql}"
+        );
+        let rows = read(&log, b"a\t(0,4)\n").unwrap();
+        let (_, key) = rows[0].pos.as_snapshot().unwrap();
+        assert_eq!(
+            decode_key_texts(&log.key_orders(), key),
+            Some(vec!["(0,4)".to_string()])
         );
     }
 
     #[test]
-    fn chunk_rows_become_snapshot_reads_at_their_key() {
+    fn a_key_that_prints_otherwise_than_its_text_order_is_selected_once_more() {
+        let codes = table_of(
+            "public.codes",
+            vec![
+                text_column("code", "character(4)"),
+                text_column("name", "character varying(10)"),
+                column("n", PgKind::Int32, "integer"),
+            ],
+            vec![0, 1, 2],
+        );
+        let (select, fields) = selected(&codes);
+        assert_eq!(
+            select[3..],
+            ["(w.\"code\"::text) COLLATE \"C\"".to_string()]
+        );
+        assert_eq!(
+            fields,
+            vec![KeyField::Extra(3), KeyField::Column(1), KeyField::Column(2)]
+        );
+        // The padded column keeps its padding; the key its text form.
+        let rows = read(&codes, b"ab  \tx\t3\tab\n").unwrap();
+        assert_eq!(rows[0].values[0], Value::Utf8("ab  ".into()));
+        let (_, key) = rows[0].pos.as_snapshot().unwrap();
+        assert_eq!(
+            decode_key_texts(&codes.key_orders(), key),
+            Some(vec!["ab".to_string(), "x".into(), "3".into()])
+        );
+    }
+
+    #[test]
+    fn rows_become_snapshot_reads_at_their_key() {
         let table = docs();
-        let (changes, last) = chunk_changes(&table, b"1\ta\t1\n2\t\\N\t2\n", 5).unwrap();
+        let changes = read(&table, b"1\ta\n2\t\\N\n").unwrap();
         assert_eq!(changes.len(), 2);
         assert_eq!(changes[1].op, Op::Read);
         assert!(changes[1].snapshot);
@@ -335,13 +732,19 @@ mod tests {
             decode_key_texts(&table.key_orders(), key),
             Some(vec!["2".to_string()])
         );
-        assert_eq!(last, Some(vec!["2".to_string()]));
-        let err = chunk_changes(&table, b"x\ta\tx\n", 5).unwrap_err();
+        // The same bytes as a key made from its text alone.
+        assert_eq!(
+            key,
+            crate::source::postgres::keys::encode_key(&table.key_orders(), &["2".into()]).unwrap()
+        );
+        let err = read(&table, b"x\ta\n").unwrap_err();
         assert!(
             err.to_string()
                 .contains("table public.docs, column id, row with key (id) = ('x'):"),
             "{err}"
         );
+        let err = read(&table, b"\\N\ta\n").unwrap_err();
+        assert!(err.to_string().contains("table public.docs: key:"), "{err}");
     }
 
     #[test]
@@ -361,7 +764,7 @@ mod tests {
             ],
             vec![0],
         );
-        let err = chunk_changes(&table, b"a'1\tNaN\ta'1\n", 5).unwrap_err();
+        let err = read(&table, b"a'1\tNaN\n").unwrap_err();
         assert!(
             err.to_string().contains(
                 "table public.prices, column price, row with key (sku) = ('a''1'): numeric NaN \
@@ -373,13 +776,13 @@ mod tests {
 
     #[test]
     fn a_short_copy_line_is_an_error_naming_the_table_and_the_line() {
-        let err = chunk_changes(&docs(), b"1\ta\t1\n2\tb\n", 5).unwrap_err();
+        let err = read(&docs(), b"1\ta\n2\n").unwrap_err();
         let said = err.to_string();
         assert!(
-            said.contains("public.docs") && said.contains("line 2") && said.contains("2\\tb"),
+            said.contains("public.docs") && said.contains("line 2") && said.contains("\"2\""),
             "{said}"
         );
-        let err = chunk_changes(&docs(), b"3\n", 5).unwrap_err();
+        let err = read(&docs(), b"3\ta\tb\n").unwrap_err();
         assert!(err.to_string().contains("public.docs"), "{err}");
     }
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::catalog::parse_lsn;
+
 /// `source.postgres` in a pipeline config.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +47,12 @@ pub struct PostgresConfig {
     /// How long to keep trying to reconnect after the server went away.
     #[serde(default = "default_reconnect_ms")]
     pub reconnect_timeout_ms: u64,
+    /// The commit LSN (`X/Y`, as Postgres prints it) of one transaction to
+    /// leave out whole: the operator's escape from a stop that replays
+    /// after every restart, such as a TRUNCATE. Its changes reach no sink;
+    /// the position moves past it, so it is acknowledged.
+    #[serde(default)]
+    pub skip_transaction_at: Option<String>,
 }
 
 fn default_chunk_rows() -> usize {
@@ -82,7 +90,22 @@ impl PostgresConfig {
         if self.status_interval_ms == 0 {
             return Err("status_interval_ms: must be at least 1".into());
         }
+        if let Some(text) = &self.skip_transaction_at
+            && strict_lsn(text).is_none()
+        {
+            return Err(format!(
+                "skip_transaction_at: `{text}` is not an LSN: write the commit LSN as Postgres \
+                 prints it, two hexadecimal numbers split by `/` (e.g. 0/16B3748), as the \
+                 error that stopped the run names it"
+            ));
+        }
         Ok(())
+    }
+
+    /// The commit LSN of the transaction to leave out, if any (checked by
+    /// [`Self::validate`]).
+    pub(super) fn skip_transaction_lsn(&self) -> Option<u64> {
+        self.skip_transaction_at.as_deref().and_then(strict_lsn)
     }
 
     pub(super) fn status_interval(&self) -> Duration {
@@ -99,6 +122,16 @@ impl PostgresConfig {
     }
 }
 
+/// An LSN as Postgres prints it: two hexadecimal numbers of at most 8
+/// digits each, split by `/`.
+fn strict_lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.trim().split_once('/')?;
+    let part = |p: &str| (1..=8).contains(&p.len()) && p.chars().all(|c| c.is_ascii_hexdigit());
+    (part(hi) && part(lo))
+        .then(|| parse_lsn(text.trim()))
+        .flatten()
+}
+
 /// Everything [`PostgresSource::open`](super::PostgresSource::open) needs:
 /// its own config plus what it must know of the pipeline around it.
 #[derive(Debug, Clone)]
@@ -112,4 +145,46 @@ pub struct PostgresSettings {
     pub state_dir: PathBuf,
     /// The process's I/O runtime, which the source's async clients run on.
     pub io: tokio::runtime::Handle,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_skip(at: &str) -> PostgresConfig {
+        PostgresConfig {
+            dsn: "host=localhost user=weir".into(),
+            publication: "weir_cdc".into(),
+            slot: "weir_cdc".into(),
+            create_publication_for: Vec::new(),
+            keys: BTreeMap::new(),
+            chunk_rows: 10,
+            exit_when_caught_up: false,
+            status_interval_ms: 1_000,
+            heartbeat_ms: 0,
+            reconnect_timeout_ms: 1_000,
+            skip_transaction_at: Some(at.into()),
+        }
+    }
+
+    #[test]
+    fn skip_transaction_at_takes_an_lsn_as_postgres_prints_it() {
+        let config = with_skip("1/6B374D8");
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.skip_transaction_lsn(), Some(0x1_06B3_74D8));
+        for wrong in [
+            "16B374D8",
+            "0/",
+            "x/1",
+            "1/+1",
+            "123456789/0",
+            "0/16B3748 1",
+        ] {
+            let said = with_skip(wrong).validate().unwrap_err();
+            assert!(
+                said.starts_with("skip_transaction_at:") && said.contains(wrong),
+                "{said}"
+            );
+        }
+    }
 }

@@ -449,58 +449,124 @@ pub fn parse_array(text: &str) -> Option<Vec<Option<String>>> {
 
 /// Splits one line of `COPY ... TO STDOUT` text format into fields (None = `\N`).
 pub fn copy_fields(line: &[u8]) -> Result<Vec<Option<String>>, String> {
-    let mut fields = Vec::new();
-    for raw in line.split(|&b| b == b'\t') {
-        if raw == b"\\N" {
-            fields.push(None);
+    let mut split = CopyLine::default();
+    let fields = split.split(line)?;
+    Ok((0..fields.len())
+        .map(|i| fields.get(i).map(str::to_owned))
+        .collect())
+}
+
+/// Splits lines of `COPY ... TO STDOUT` text format into fields without a
+/// copy per field: a line without a backslash is borrowed as it is, and
+/// only a line with one is unescaped, into a buffer kept from line to line.
+#[derive(Default)]
+pub struct CopyLine {
+    unescaped: Vec<u8>,
+    /// Each field's byte range in the text, None for `\N`.
+    ranges: Vec<Option<(usize, usize)>>,
+}
+
+/// The fields of one line, borrowed from the line or the [`CopyLine`].
+pub struct CopyFields<'a> {
+    text: &'a str,
+    ranges: &'a [Option<(usize, usize)>],
+}
+
+impl CopyFields<'_> {
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Field `i` (None for `\N`); panics past [`CopyFields::len`].
+    pub fn get(&self, i: usize) -> Option<&str> {
+        self.ranges[i].map(|(start, end)| &self.text[start..end])
+    }
+}
+
+impl CopyLine {
+    /// The fields of `line` (without its newline).
+    pub fn split<'a>(&'a mut self, line: &'a [u8]) -> Result<CopyFields<'a>, String> {
+        self.ranges.clear();
+        let text = if line.contains(&b'\\') {
+            self.unescaped.clear();
+            for raw in line.split(|&b| b == b'\t') {
+                if raw == b"\\N" {
+                    self.ranges.push(None);
+                    continue;
+                }
+                let start = self.unescaped.len();
+                unescape_into(raw, &mut self.unescaped);
+                self.ranges.push(Some((start, self.unescaped.len())));
+                // Keeps fields apart for the UTF-8 check below: escapes
+                // could spell a sequence across two fields.
+                self.unescaped.push(b'\t');
+            }
+            &self.unescaped[..]
+        } else {
+            let mut start = 0;
+            for raw in line.split(|&b| b == b'\t') {
+                // Without a backslash there is no `\N` either.
+                self.ranges.push(Some((start, start + raw.len())));
+                start += raw.len() + 1;
+            }
+            line
+        };
+        // A tab never sits inside a UTF-8 sequence, so every range of a
+        // valid text is valid too.
+        let text = std::str::from_utf8(text).map_err(|_| "COPY field is not UTF-8".to_string())?;
+        Ok(CopyFields {
+            text,
+            ranges: &self.ranges,
+        })
+    }
+}
+
+/// Appends one field of COPY text with its backslash escapes undone.
+fn unescape_into(raw: &[u8], out: &mut Vec<u8>) {
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        if b != b'\\' || i + 1 == raw.len() {
+            out.push(b);
+            i += 1;
             continue;
         }
-        let mut out = Vec::with_capacity(raw.len());
-        let mut i = 0;
-        while i < raw.len() {
-            let b = raw[i];
-            if b != b'\\' || i + 1 == raw.len() {
-                out.push(b);
-                i += 1;
-                continue;
-            }
-            let e = raw[i + 1];
-            i += 2;
-            match e {
-                b'b' => out.push(8),
-                b'f' => out.push(12),
-                b'n' => out.push(b'\n'),
-                b'r' => out.push(b'\r'),
-                b't' => out.push(b'\t'),
-                b'v' => out.push(11),
-                b'0'..=b'7' => {
-                    let mut v = u32::from(e - b'0');
-                    let mut n = 1;
-                    while n < 3 && i < raw.len() && (b'0'..=b'7').contains(&raw[i]) {
-                        v = v * 8 + u32::from(raw[i] - b'0');
-                        i += 1;
-                        n += 1;
-                    }
-                    out.push(v as u8);
+        let e = raw[i + 1];
+        i += 2;
+        match e {
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'0'..=b'7' => {
+                let mut v = u32::from(e - b'0');
+                let mut n = 1;
+                while n < 3 && i < raw.len() && (b'0'..=b'7').contains(&raw[i]) {
+                    v = v * 8 + u32::from(raw[i] - b'0');
+                    i += 1;
+                    n += 1;
                 }
-                b'x' => {
-                    let mut v = 0u32;
-                    let mut n = 0;
-                    while n < 2 && i < raw.len() && raw[i].is_ascii_hexdigit() {
-                        v = v * 16 + (raw[i] as char).to_digit(16).unwrap_or(0);
-                        i += 1;
-                        n += 1;
-                    }
-                    out.push(v as u8);
-                }
-                other => out.push(other),
+                out.push(v as u8);
             }
+            b'x' => {
+                let mut v = 0u32;
+                let mut n = 0;
+                while n < 2 && i < raw.len() && raw[i].is_ascii_hexdigit() {
+                    v = v * 16 + (raw[i] as char).to_digit(16).unwrap_or(0);
+                    i += 1;
+                    n += 1;
+                }
+                out.push(v as u8);
+            }
+            other => out.push(other),
         }
-        fields.push(Some(
-            String::from_utf8(out).map_err(|_| "COPY field is not UTF-8".to_string())?,
-        ));
     }
-    Ok(fields)
 }
 
 /// A string literal for SQL text (standard_conforming_strings is on since
@@ -690,5 +756,22 @@ mod tests {
             copy_fields(b"1\t\\N\ta\\tb\\\\c\\n").unwrap(),
             vec![Some("1".into()), None, Some("a\tb\\c\n".into())]
         );
+        let mut split = CopyLine::default();
+        let plain = split.split(b"1\t\t\xc3\xa9").unwrap();
+        assert_eq!(
+            (0..plain.len()).map(|i| plain.get(i)).collect::<Vec<_>>(),
+            vec![Some("1"), Some(""), Some("\u{e9}")]
+        );
+        // Reused for the next line; `\\N` is a backslash and an N, not a null.
+        let escaped = split.split(b"\\\\N\t\\N\t\\303\\251").unwrap();
+        assert_eq!(
+            (0..escaped.len())
+                .map(|i| escaped.get(i))
+                .collect::<Vec<_>>(),
+            vec![Some("\\N"), None, Some("\u{e9}")]
+        );
+        assert!(split.split(b"\xff").is_err());
+        assert!(split.split(b"a\t\\377").is_err());
+        assert!(split.split(b"\\303\t\\251").is_err());
     }
 }

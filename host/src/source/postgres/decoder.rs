@@ -123,6 +123,29 @@ pub(super) struct Decoder {
     /// Bytes of the row messages held in `open`.
     held_bytes: usize,
     limits: PieceLimits,
+    /// The operator's `skip_transaction_at`.
+    skip: Skip,
+}
+
+/// `skip_transaction_at`: the one transaction to leave out whole, and what
+/// became of it.
+#[derive(Default)]
+struct Skip {
+    /// Its commit LSN.
+    at: Option<u64>,
+    /// The open transaction is the one left out: what it held, for the log.
+    open: Option<Skipped>,
+    /// It was met, or the stream passed its LSN (said once).
+    settled: bool,
+}
+
+/// What a left-out transaction held.
+#[derive(Default)]
+struct Skipped {
+    inserts: usize,
+    updates: usize,
+    deletes: usize,
+    truncated: Vec<String>,
 }
 
 impl Decoder {
@@ -143,7 +166,18 @@ impl Decoder {
             first: 0,
             held_bytes: 0,
             limits,
+            skip: Skip::default(),
         }
+    }
+
+    /// Leaves out, whole, the transaction that commits at `lsn` (the
+    /// operator's `skip_transaction_at`): none of its changes is handed on,
+    /// and its Commit stands after it, so it is acknowledged like any other.
+    pub fn skip_transaction_at(&mut self, lsn: Option<u64>) {
+        self.skip = Skip {
+            at: lsn,
+            ..Skip::default()
+        };
     }
 
     /// Forgets everything: a new stream session sends relations again and
@@ -160,6 +194,23 @@ impl Decoder {
 
     /// A Begin: `commit_micros` counts from Postgres' epoch, as sent.
     pub fn begin(&mut self, commit_lsn: u64, commit_micros: i64) {
+        self.skip.open = None;
+        if let Some(at) = self.skip.at {
+            if commit_lsn == at {
+                self.skip.open = Some(Skipped::default());
+                self.skip.settled = true;
+            } else if commit_lsn > at && !self.skip.settled {
+                self.skip.settled = true;
+                tracing::warn!(
+                    skip_transaction_at = %format_lsn(at),
+                    next_commit = %format_lsn(commit_lsn),
+                    "the stream is past source.postgres.skip_transaction_at without meeting a \
+                     transaction committed there in this run (an earlier run left it out, or \
+                     no published change commits at that LSN): nothing was skipped; remove the \
+                     key"
+                );
+            }
+        }
         self.open = Some(OpenTx {
             commit_lsn,
             commit_ts: commit_micros + PG_EPOCH_MICROS,
@@ -172,7 +223,21 @@ impl Decoder {
     /// A Commit: the rest of the transaction since Begin or its last
     /// piece, if a transaction was open.
     pub fn commit(&mut self) -> Option<Piece> {
-        let tx = self.open.take()?;
+        let mut tx = self.open.take()?;
+        if let Some(skipped) = self.skip.open.take() {
+            // Nothing of it was held (see `decode`); standing after it
+            // moves the position past it, and nothing before it is lost.
+            tx.changes.clear();
+            tracing::warn!(
+                lsn = %format_lsn(tx.commit_lsn),
+                inserts = skipped.inserts,
+                updates = skipped.updates,
+                deletes = skipped.deletes,
+                truncated = %skipped.truncated.join(", "),
+                "transaction left out whole, as source.postgres.skip_transaction_at says: \
+                 none of its changes reaches a sink"
+            );
+        }
         Some(Piece {
             first: self.first,
             last: true,
@@ -212,6 +277,11 @@ impl Decoder {
         tables: &Tables,
     ) -> Result<Option<PendingRelation>, SourceError> {
         let message = pgoutput::parse(data).map_err(SourceError::Invalid)?;
+        if self.skip.open.is_some() && !matches!(message, Message::Relation(_)) {
+            // A relation description holds for later transactions too.
+            self.note_skipped(&message, tables);
+            return Ok(None);
+        }
         if matches!(
             message,
             Message::Insert { .. } | Message::Update { .. } | Message::Delete { .. }
@@ -258,15 +328,16 @@ impl Decoder {
         pending: PendingRelation,
         tables: &Tables,
     ) -> Result<(), SourceError> {
-        let table = pending.mapping.table;
-        self.relations.insert(pending.oid, pending.mapping);
-        let info = &tables[table].info;
-        if info.oid != pending.oid && !info.partitions.iter().any(|p| p.oid == pending.oid) {
+        // The relation was mapped by its OID (see `map_relation`): a
+        // table dropped and re-created under its name never gets here.
+        if tables.index_of_oid(pending.oid) != Some(pending.mapping.table) {
             return Err(ddl_error(
                 &pending.name,
                 "the table was dropped and re-created",
+                self.open.as_ref().map(|o| o.commit_lsn),
             ));
         }
+        self.relations.insert(pending.oid, pending.mapping);
         Ok(())
     }
 
@@ -303,18 +374,48 @@ impl Decoder {
         tables: &Tables,
     ) -> Result<PendingRelation, SourceError> {
         let name = rel.qualified();
-        let Some(index) = tables.index_of(&name) else {
+        let at = self.open.as_ref().map(|o| o.commit_lsn);
+        let Some(index) = tables.index_of_oid(rel.oid) else {
+            if tables.index_of(&name).is_some() || tables.iter().any(|t| t.info.qualified() == name)
+            {
+                // A known name (the sinks' or Postgres'), another OID:
+                // another table, whose rows cannot be taken for the known one's.
+                return Err(ddl_error(
+                    &name,
+                    &format!(
+                        "the table was dropped and re-created (relation OID {} is not the one \
+                         weir replicates)",
+                        rel.oid
+                    ),
+                    at,
+                ));
+            }
             return Err(SourceError::Invalid(format!(
-                "table {name} joined publication `{}` while weir was running: restart weir to \
-                 backfill it and stream it",
-                self.publication
+                "table {name} (relation OID {}) joined publication `{}` while weir was \
+                 running: restart weir to backfill it and stream it",
+                rel.oid, self.publication
             )));
         };
-        check_identity_covers_key(rel, &tables[index])?;
-        let known = &tables[index].info.columns;
+        let table = &tables[index];
+        if let Some(known_as) = table.postgres_name_of(rel.oid)
+            && known_as != name
+        {
+            // The OID is the table's identity: a rename (while weir runs, or
+            // in the WAL weir still replays) keeps its destination.
+            tracing::warn!(
+                relation = %name,
+                catalog_name = %known_as,
+                destination = %table.schema.name,
+                oid = rel.oid,
+                "table renamed (the stream and the catalog name it differently): its changes \
+                 keep streaming into the same destination table"
+            );
+        }
+        check_identity_covers_key(rel, table)?;
+        let known = &table.info.columns;
         // A leaf partition may order its columns its own way (one created
         // alone, then attached): they are taken by name, in any order.
-        let partition = name != tables[index].schema.name;
+        let partition = rel.oid != table.info.oid;
         let mut columns = Vec::with_capacity(rel.columns.len());
         let mut added = Vec::new();
         for (i, rc) in rel.columns.iter().enumerate() {
@@ -326,6 +427,7 @@ impl Decoder {
                         return Err(ddl_error(
                             &name,
                             &format!("the type of column `{}` changed", rc.name),
+                            at,
                         ));
                     }
                     columns.push(c);
@@ -342,6 +444,7 @@ impl Decoder {
                              renamed",
                             rc.name
                         ),
+                        at,
                     ));
                 }
             }
@@ -358,6 +461,7 @@ impl Decoder {
             return Err(ddl_error(
                 &name,
                 "a column was dropped, renamed or reordered",
+                at,
             ));
         }
         Ok(PendingRelation {
@@ -482,23 +586,51 @@ impl Decoder {
         Ok(())
     }
 
-    fn truncate_error(&self, oids: &[u32], tables: &Tables) -> SourceError {
-        let names: Vec<String> = oids
-            .iter()
+    /// The destination tables of relations `oids` (those weir knows).
+    fn table_names(&self, oids: &[u32], tables: &Tables) -> Vec<String> {
+        oids.iter()
             .filter_map(|o| self.relations.get(o))
             .map(|m| tables[m.table].schema.name.clone())
-            .collect();
+            .collect()
+    }
+
+    /// Counts a change of the transaction being left out.
+    fn note_skipped(&mut self, message: &Message, tables: &Tables) {
+        let truncated = match message {
+            Message::Truncate { oids } => self.table_names(oids, tables),
+            _ => Vec::new(),
+        };
+        let Some(skipped) = self.skip.open.as_mut() else {
+            return;
+        };
+        match message {
+            Message::Insert { .. } => skipped.inserts += 1,
+            Message::Update { .. } => skipped.updates += 1,
+            Message::Delete { .. } => skipped.deletes += 1,
+            _ => skipped.truncated.extend(truncated),
+        }
+    }
+
+    /// A TRUNCATE cannot be carried, and it stays in the WAL: every run
+    /// would stop at it again. The way on is the operator's, and explicit.
+    fn truncate_error(&self, oids: &[u32], tables: &Tables) -> SourceError {
+        let names = self.table_names(oids, tables);
+        let lsn = format_lsn(self.open.as_ref().map_or(0, |o| o.commit_lsn));
         SourceError::Invalid(format!(
-            "TRUNCATE of {} in the transaction committed at LSN {}: weir does not replicate \
-             TRUNCATE (the sinks would keep the rows). Empty the destination tables by hand, \
-             or drop the table from the publication (ALTER PUBLICATION ... SET (publish = \
-             'insert, update, delete')) and run again",
+            "TRUNCATE of {} in the transaction committed at LSN {lsn}: weir does not replicate \
+             TRUNCATE (the sinks would keep the rows), and the transaction stays in the WAL, so \
+             every run stops here until it is left out. To go on: if the destination should \
+             match Postgres, first empty the destination table(s) by hand (otherwise they keep \
+             the rows the TRUNCATE removed); then set source.postgres.skip_transaction_at: \
+             {lsn} and run again. That transaction is left out whole, with any other change it \
+             made (the run logs what it left out); remove the key once the run is past it. To \
+             keep TRUNCATE out of the stream from now on: ALTER PUBLICATION ... SET (publish = \
+             'insert, update, delete')",
             if names.is_empty() {
                 "a table".to_string()
             } else {
                 names.join(", ")
             },
-            format_lsn(self.open.as_ref().map_or(0, |o| o.commit_lsn))
         ))
     }
 }

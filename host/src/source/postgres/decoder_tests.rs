@@ -515,6 +515,156 @@ fn truncate_stops_the_stream_and_names_the_table() {
     assert!(err.contains("LSN 1/10"), "{err}");
 }
 
+/// A TRUNCATE message of relation `oid`.
+fn truncate(oid: u32) -> Vec<u8> {
+    let mut message = vec![b'T'];
+    message.extend_from_slice(&1i32.to_be_bytes());
+    message.push(0);
+    message.extend_from_slice(&oid.to_be_bytes());
+    message
+}
+
+#[test]
+fn the_truncate_error_names_the_lsn_and_the_way_to_skip_it() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(0x2_0000_0abc, 0);
+    let err = decoder
+        .decode(&truncate(DOCS_OID), &tables)
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "TRUNCATE of public.docs",
+        "committed at LSN 2/ABC",
+        "skip_transaction_at: 2/ABC",
+        "empty the destination table(s) by hand",
+    ] {
+        assert!(err.contains(part), "missing {part:?} in: {err}");
+    }
+}
+
+#[test]
+fn a_relation_renamed_streams_into_the_table_it_had_by_its_oid() {
+    let tables = docs();
+    let columns = [("id", 20, -1), ("title", 25, -1), ("body", 25, -1)];
+    let mut decoder = Decoder::new("weir_cdc");
+    // Renamed while weir lags: the stream names it anew, the OID is the same.
+    decoder
+        .decode(&relation(DOCS_OID, "public.papers", &columns), &tables)
+        .unwrap();
+    decoder.begin(0x40, 0);
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("1"), Some("t"), None]), &tables)
+        .unwrap();
+    let tx = decoder
+        .commit()
+        .unwrap()
+        .seal(&tables, &mut Emitted::default())
+        .unwrap();
+    assert_eq!(tx.changes[0].table.name, "public.docs");
+
+    // Renamed while weir was stopped: the catalog has the new name, the
+    // sinks the old one; the WAL still names the table as it was.
+    let mut table = table_of(
+        "public.papers",
+        vec![
+            column("id", PgKind::Int64, "bigint"),
+            column("title", PgKind::Text, "text"),
+            column("body", PgKind::Text, "text"),
+        ],
+        vec![0],
+    )
+    .with_destination("public.docs");
+    table.info.oid = 700;
+    let tables = self::tables(table);
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder
+        .decode(&relation(700, "public.docs", &columns), &tables)
+        .unwrap();
+    decoder.begin(0x50, 0);
+    decoder
+        .decode(&insert(700, &[Some("2"), Some("u"), None]), &tables)
+        .unwrap();
+    let tx = decoder
+        .commit()
+        .unwrap()
+        .seal(&tables, &mut Emitted::default())
+        .unwrap();
+    assert_eq!(tx.changes[0].table.name, "public.docs");
+    assert_eq!(tx.changes[0].values[0], Value::Int64(2));
+    // A new table that took the old name is another table.
+    let err = decoder
+        .decode(&relation(701, "public.papers", &columns), &tables)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("dropped and re-created") && err.contains("OID 701"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_transaction_at_skip_transaction_at_is_left_out_whole_and_nothing_else() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.skip_transaction_at(Some(0x200));
+    let mut emitted = Emitted::default();
+    let mut run = |decoder: &mut Decoder, lsn: u64, messages: &[Vec<u8>]| {
+        decoder.begin(lsn, 0);
+        for m in messages {
+            decoder.decode(m, &tables).unwrap();
+        }
+        decoder.commit().unwrap().seal(&tables, &mut emitted)
+    };
+    let row = |id: &str| insert(DOCS_OID, &[Some(id), None, None]);
+    let before = run(&mut decoder, 0x100, &[relation_of(&tables[0]), row("1")]).unwrap();
+    assert_eq!(before.end, Position::stream(0x100, 0));
+    // The skipped one: a relation description in it still holds after it.
+    let skipped = run(
+        &mut decoder,
+        0x200,
+        &[
+            relation_of(&tables[0]),
+            row("2"),
+            truncate(DOCS_OID),
+            row("3"),
+        ],
+    )
+    .unwrap();
+    assert!(skipped.changes.is_empty());
+    assert_eq!(skipped.end, Position::stream(0x200, u32::MAX));
+    let after = run(&mut decoder, 0x300, &[row("4")]).unwrap();
+    assert_eq!(after.changes.len(), 1);
+    assert_eq!(after.changes[0].pos, Position::stream(0x300, 0));
+    assert_eq!(after.changes[0].values[0], Value::Int64(4));
+    // Received again after a restart: nothing of it is handed on again.
+    assert!(run(&mut decoder, 0x200, &[row("2")]).is_none());
+    // Without the key, the same TRUNCATE stops the stream.
+    let mut plain = Decoder::new("weir_cdc");
+    plain.decode(&relation_of(&tables[0]), &tables).unwrap();
+    plain.begin(0x200, 0);
+    assert!(plain.decode(&truncate(DOCS_OID), &tables).is_err());
+}
+
+#[test]
+fn a_skip_lsn_the_stream_passes_without_a_match_is_settled_once() {
+    let tables = docs();
+    let mut decoder = Decoder::new("weir_cdc");
+    decoder.skip_transaction_at(Some(0x150));
+    decoder.decode(&relation_of(&tables[0]), &tables).unwrap();
+    decoder.begin(0x100, 0);
+    decoder.commit().unwrap();
+    assert!(!decoder.skip.settled);
+    decoder.begin(0x200, 0);
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("1"), None, None]), &tables)
+        .unwrap();
+    assert!(decoder.skip.settled);
+    // Passing it skips nothing.
+    assert_eq!(decoder.commit().unwrap().tx.changes.len(), 1);
+}
+
 #[test]
 fn changes_out_of_order_are_invalid() {
     let tables = docs();

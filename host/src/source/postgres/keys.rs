@@ -107,51 +107,74 @@ impl Table {
 /// The backfill position's key bytes: an order-preserving encoding of the
 /// key (self-delimiting per column), then the key's text forms (for the
 /// resume query; never reached by a comparison, the encoding is unique).
+#[cfg(test)]
 pub(super) fn encode_key(orders: &[KeyOrder], texts: &[String]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     for (order, text) in orders.iter().zip(texts) {
-        match order {
-            KeyOrder::Native(kind) => encode_native(kind, text, &mut out)?,
-            KeyOrder::Text => {
-                // 0 is escaped as 0 ff, so 0 0 ends the column and sorts first.
-                for &b in text.as_bytes() {
-                    out.push(b);
-                    if b == 0 {
-                        out.push(0xff);
-                    }
+        encode_key_part(order, None, text, &mut out)?;
+    }
+    append_key_texts(texts.iter().map(String::as_str), &mut out);
+    Ok(out)
+}
+
+/// Appends the order-preserving bytes of one key column (see
+/// [`encode_key`]). A `Native` order encodes `value` when the caller has
+/// decoded it already, else decodes `text`.
+pub(super) fn encode_key_part(
+    order: &KeyOrder,
+    value: Option<&Value>,
+    text: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    match order {
+        KeyOrder::Native(kind) => match value {
+            Some(value) => encode_native(kind, value, out),
+            None => encode_native(kind, &decode(kind, text)?, out),
+        },
+        KeyOrder::Text => {
+            // 0 is escaped as 0 ff, so 0 0 ends the column and sorts first.
+            for &b in text.as_bytes() {
+                out.push(b);
+                if b == 0 {
+                    out.push(0xff);
                 }
-                out.extend_from_slice(&[0, 0]);
             }
-            KeyOrder::Tid => {
-                let inner = text.trim_start_matches('(').trim_end_matches(')');
-                let (block, offset) = inner.split_once(',').ok_or("bad ctid")?;
-                let block: u32 = block.parse().map_err(|_| "bad ctid")?;
-                let offset: u16 = offset.parse().map_err(|_| "bad ctid")?;
-                out.extend_from_slice(&block.to_be_bytes());
-                out.extend_from_slice(&offset.to_be_bytes());
-            }
+            out.extend_from_slice(&[0, 0]);
+            Ok(())
+        }
+        KeyOrder::Tid => {
+            let inner = text.trim_start_matches('(').trim_end_matches(')');
+            let (block, offset) = inner.split_once(',').ok_or("bad ctid")?;
+            let block: u32 = block.parse().map_err(|_| "bad ctid")?;
+            let offset: u16 = offset.parse().map_err(|_| "bad ctid")?;
+            out.extend_from_slice(&block.to_be_bytes());
+            out.extend_from_slice(&offset.to_be_bytes());
+            Ok(())
         }
     }
+}
+
+/// Appends the key's text forms after its encoded columns (see [`encode_key`]).
+pub(super) fn append_key_texts<'a>(texts: impl Iterator<Item = &'a str>, out: &mut Vec<u8>) {
     for text in texts {
         out.extend_from_slice(&(text.len() as u32).to_be_bytes());
         out.extend_from_slice(text.as_bytes());
     }
-    Ok(out)
 }
 
 /// Big-endian with the sign bit flipped, so byte order is numeric order.
-fn encode_native(kind: &PgKind, text: &str, out: &mut Vec<u8>) -> Result<(), String> {
-    match decode(kind, text)? {
-        Value::Bool(v) => out.push(u8::from(v)),
+fn encode_native(kind: &PgKind, value: &Value, out: &mut Vec<u8>) -> Result<(), String> {
+    match value {
+        Value::Bool(v) => out.push(u8::from(*v)),
         Value::Int32(v) | Value::Date32(v) => {
-            out.extend_from_slice(&((v as u32) ^ (1 << 31)).to_be_bytes())
+            out.extend_from_slice(&((*v as u32) ^ (1 << 31)).to_be_bytes())
         }
         Value::Int64(v) | Value::TimestampMicros(v) => {
-            out.extend_from_slice(&((v as u64) ^ (1 << 63)).to_be_bytes())
+            out.extend_from_slice(&((*v as u64) ^ (1 << 63)).to_be_bytes())
         }
-        Value::Decimal128(v) => out.extend_from_slice(&((v as u128) ^ (1 << 127)).to_be_bytes()),
+        Value::Decimal128(v) => out.extend_from_slice(&((*v as u128) ^ (1 << 127)).to_be_bytes()),
         // Postgres orders uuids by their bytes.
-        Value::Binary(v) if *kind == PgKind::Uuid && v.len() == 16 => out.extend_from_slice(&v),
+        Value::Binary(v) if *kind == PgKind::Uuid && v.len() == 16 => out.extend_from_slice(v),
         other => return Err(format!("key value {other:?} has no encoding")),
     }
     Ok(())

@@ -85,9 +85,10 @@ impl PostgresSource {
             io,
         } = settings;
         let mut session = Session::new(&config.dsn, config.reconnect_timeout(), io)?;
-        let tables = setup::load_tables(&mut session, &config, &append_tables)?;
         let schema_file = SchemaFile::new(&state_dir, &config.slot);
-        schema_file.check(&tables)?;
+        let recorded = schema_file.read();
+        let tables = setup::load_tables(&mut session, &config, &append_tables, &recorded)?;
+        schema_file.check(&recorded, &tables)?;
         Ok(PostgresSource {
             backfill: None,
             stream: Stream::new(&config.publication),

@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::{BlockingRetryable, ConstantBuilder};
@@ -27,7 +28,8 @@ pub(super) type QueryFuture<'c, T> =
 pub(super) struct Session {
     rt: tokio::runtime::Handle,
     dsn: tokio_postgres::Config,
-    client: Option<Client>,
+    /// Shared with a backfill reader streaming a `COPY` on another thread.
+    client: Option<Arc<Client>>,
     /// How many connections were opened: a change tells that session state
     /// (an open transaction, an imported snapshot) was lost in between.
     connections: u64,
@@ -62,6 +64,24 @@ impl Session {
     /// that runs on another number than an earlier one ran on another session.
     pub fn connection_number(&self) -> u64 {
         self.connections
+    }
+
+    /// The runtime the query connection runs on.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
+    }
+
+    /// The query connection itself (opened, within the reconnect timeout,
+    /// if it is not), for a caller that streams on it from another thread.
+    /// Anything else sent on it waits until that caller's query is done.
+    pub fn shared_client(&mut self, what: &str) -> Result<Arc<Client>, SourceError> {
+        self.query(what, |_| Box::pin(async { Ok(()) }))?;
+        Ok(self.client.clone().expect("connected"))
+    }
+
+    /// Whether the query connection is gone (or was never opened).
+    pub fn is_closed(&self) -> bool {
+        self.client.as_ref().is_none_or(|c| c.is_closed())
     }
 
     /// Runs a future of the replication client on the source's runtime.
@@ -104,14 +124,6 @@ impl Session {
         })
     }
 
-    /// The whole output of a `COPY ... TO STDOUT`.
-    pub fn copy_out(&mut self, what: &str, sql: &str) -> Result<Vec<u8>, SourceError> {
-        self.query(what, |c| {
-            let sql = sql.to_owned();
-            Box::pin(async move { copy_out(c, &sql).await })
-        })
-    }
-
     fn attempt<T>(
         &mut self,
         what: &str,
@@ -130,7 +142,7 @@ impl Session {
     }
 
     fn connect(&mut self) -> Result<(), SourceError> {
-        if self.client.as_ref().is_none_or(Client::is_closed) {
+        if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             let dsn = self.dsn.clone();
             let client = self
                 .rt
@@ -144,7 +156,7 @@ impl Session {
                     Ok::<_, tokio_postgres::Error>(client)
                 })
                 .map_err(|e| unavailable("cannot connect to Postgres", e))?;
-            self.client = Some(client);
+            self.client = Some(Arc::new(client));
             self.connections += 1;
         }
         Ok(())
@@ -154,7 +166,11 @@ impl Session {
 /// Whether a failed query may succeed on a new connection: the connection
 /// broke, or the server reported a connection problem (class 08) or that
 /// it is stopping or starting (class 57, operator intervention).
-fn classify(what: &str, connection_closed: bool, e: &tokio_postgres::Error) -> SourceError {
+pub(super) fn classify(
+    what: &str,
+    connection_closed: bool,
+    e: &tokio_postgres::Error,
+) -> SourceError {
     if connection_closed || e.as_db_error().is_none() {
         return unavailable(what, e);
     }
@@ -189,15 +205,4 @@ pub(super) fn session_options() -> String {
         .map(|(k, v)| format!("-c {k}={v}"))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-async fn copy_out(client: &Client, sql: &str) -> Result<Vec<u8>, tokio_postgres::Error> {
-    use futures::StreamExt;
-    let stream = client.copy_out(sql).await?;
-    let mut stream = std::pin::pin!(stream);
-    let mut out = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        out.extend_from_slice(&chunk?);
-    }
-    Ok(out)
 }

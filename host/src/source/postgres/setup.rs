@@ -21,13 +21,19 @@ use crate::source::SourceError;
 /// tables it will be created for), in name order, as the publication sends
 /// them: its column lists and row filters applied, and partitions it
 /// publishes one by one gathered under their partitioned table.
+///
+/// `recorded` is what the last run kept: a table found under another name
+/// than the one it had (by its OID) keeps its destination, and a table no
+/// longer published is kept while the slot may still hold changes of it
+/// (see [`Table::departed`]).
 pub(super) fn load_tables(
     session: &mut Session,
     config: &PostgresConfig,
     append_tables: &BTreeSet<String>,
+    recorded: &Recorded,
 ) -> Result<Tables, SourceError> {
     let publication = &config.publication;
-    let mut wanted: Vec<Wanted> = if publication_exists(session, publication)? {
+    let wanted: Vec<Wanted> = if publication_exists(session, publication)? {
         let published = session.query("reading the publication's tables", |c| {
             let p = publication.clone();
             Box::pin(async move { catalog::publication_tables(c, &p).await })
@@ -58,8 +64,7 @@ pub(super) fn load_tables(
             "publication `{publication}` has no tables"
         )));
     }
-    wanted.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-    let mut tables = Tables::default();
+    let mut list: Vec<Table> = Vec::with_capacity(wanted.len());
     for Wanted {
         name,
         columns,
@@ -74,14 +79,111 @@ pub(super) fn load_tables(
             })?
             .ok_or_else(|| SourceError::Config(format!("table {name} does not exist")))?;
         info.row_filter = row_filter;
-        let declared_key = config.keys.get(&name).map(Vec::as_slice);
-        tables.push(Table::new(
-            info,
-            declared_key,
-            append_tables.contains(&name),
-        )?);
+        let destination = recorded.renamed(info.oid, &name).unwrap_or(&name).clone();
+        if destination != name {
+            tracing::warn!(
+                table = %name,
+                destination = %destination,
+                "table {destination} was renamed to {name} in Postgres: its changes keep \
+                 streaming into {destination}"
+            );
+        }
+        // The config names a table as the sinks know it (or as Postgres does now).
+        let declared_key = config
+            .keys
+            .get(&destination)
+            .or_else(|| config.keys.get(&name))
+            .map(Vec::as_slice);
+        let append = append_tables.contains(&destination) || append_tables.contains(&name);
+        let table = Table::new(info, declared_key, append)?;
+        list.push(if destination == name {
+            table
+        } else {
+            table.with_destination(&destination)
+        });
+    }
+    list.extend(departed_tables(session, config, recorded, &list)?);
+    // The backfill's order, which its positions follow: by destination name.
+    list.sort_by(|a, b| a.schema.name.as_bytes().cmp(b.schema.name.as_bytes()));
+    let mut tables = Tables::default();
+    for table in list {
+        if let Some(other) = tables.index_of(&table.schema.name) {
+            return Err(SourceError::Config(format!(
+                "tables {} and {} would both stream into {}: one was renamed to the other's \
+                 old name, or dropped while another took its name. Take one of them out of \
+                 publication `{publication}`, or start a new pipeline",
+                tables[other].info.qualified(),
+                table.info.qualified(),
+                table.schema.name
+            )));
+        }
+        tables.push(table);
     }
     Ok(tables)
+}
+
+/// The tables the last run replicated that the publication no longer has
+/// (it left, or was dropped), kept while the slot may still hold changes
+/// made to them before: those were published when they were made, so they
+/// are applied. Once the slot is past the point where weir found a table
+/// gone, it is forgotten.
+fn departed_tables(
+    session: &mut Session,
+    config: &PostgresConfig,
+    recorded: &Recorded,
+    current: &[Table],
+) -> Result<Vec<Table>, SourceError> {
+    let gone: Vec<(&String, &RecordedTable)> = recorded
+        .tables
+        .iter()
+        .filter(|(destination, r)| {
+            r.oid != 0
+                && !current
+                    .iter()
+                    .any(|t| t.info.oid == r.oid || t.schema.name == **destination)
+        })
+        .collect();
+    if gone.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (slot, _) = slot_and_publication(session, config)?;
+    let confirmed = slot.and_then(|s| s.confirmed_flush);
+    let mut now = None;
+    let mut kept = Vec::new();
+    for (destination, r) in gone {
+        let departed = match r.departed.as_deref().and_then(catalog::parse_lsn) {
+            Some(lsn) => lsn,
+            None => match now {
+                Some(lsn) => lsn,
+                None => {
+                    let lsn = current_wal_lsn(session)?.unwrap_or(0);
+                    now = Some(lsn);
+                    lsn
+                }
+            },
+        };
+        if confirmed.is_none_or(|c| c >= departed) {
+            tracing::warn!(
+                table = %destination,
+                publication = %config.publication,
+                "table {destination} is no longer replicated: it left publication `{}` (or was \
+                 dropped), and the slot is past every change it had; its destination keeps \
+                 the rows it has",
+                config.publication
+            );
+            continue;
+        }
+        tracing::warn!(
+            table = %destination,
+            until = %format_lsn(departed),
+            "table {destination} left publication `{}` (or was dropped) while weir was \
+             behind: the changes made to it before, still in the WAL, are applied; after them \
+             it is no longer replicated",
+            config.publication
+        );
+        kept.push(r.rebuild(session, destination, departed)?);
+    }
+    Ok(kept)
 }
 
 /// A table to replicate, with what the publication sends of it.
@@ -217,8 +319,145 @@ impl BackfillStart {
     }
 }
 
-/// Per table: its columns as `(name, type oid, typmod)`.
-type Shapes = BTreeMap<String, Vec<(String, u32, i32)>>;
+/// What the state directory keeps of the tables the last run replicated,
+/// by the name the sinks know each by.
+#[derive(Default)]
+pub(super) struct Recorded {
+    tables: BTreeMap<String, RecordedTable>,
+}
+
+/// One replicated table, as the last run saw it: enough to map its
+/// relation by OID after a rename, to catch DDL done while weir was
+/// stopped, and to decode the changes still in the WAL after it left the
+/// publication (or was dropped), when the catalog no longer describes it.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct RecordedTable {
+    /// `pg_class.oid` (0: written by a weir that did not keep it).
+    #[serde(default)]
+    oid: u32,
+    /// `schema.table` in Postgres.
+    #[serde(default)]
+    postgres_name: String,
+    /// `(name, type oid, typmod)`: what must stay the same between runs.
+    columns: Vec<(String, u32, i32)>,
+    #[serde(default)]
+    not_null: Vec<String>,
+    #[serde(default)]
+    key: Vec<String>,
+    #[serde(default)]
+    append: bool,
+    /// Leaf partitions as `(oid, schema.table)`.
+    #[serde(default)]
+    partitions: Vec<(u32, String)>,
+    /// See [`Table::departed`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    departed: Option<String>,
+}
+
+/// A table's entry in the file: an older weir kept only the columns.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum SavedTable {
+    Recorded(RecordedTable),
+    Columns(Vec<(String, u32, i32)>),
+}
+
+impl Recorded {
+    /// The destination of the table with OID `oid` when the last run knew
+    /// it under another name than `name`: it was renamed since.
+    fn renamed(&self, oid: u32, name: &str) -> Option<&String> {
+        self.tables
+            .iter()
+            .find(|(destination, r)| r.oid == oid && oid != 0 && *destination != name)
+            .map(|(destination, _)| destination)
+    }
+}
+
+impl RecordedTable {
+    fn of(table: &Table) -> RecordedTable {
+        let info = &table.info;
+        let column_name = |&k: &usize| info.columns[k].name.clone();
+        RecordedTable {
+            oid: info.oid,
+            postgres_name: info.qualified(),
+            columns: table.shape(),
+            not_null: info
+                .columns
+                .iter()
+                .filter(|c| c.not_null)
+                .map(|c| c.name.clone())
+                .collect(),
+            key: info.key.iter().map(column_name).collect(),
+            append: table.append,
+            partitions: info
+                .partitions
+                .iter()
+                .map(|p| (p.oid, p.qualified.clone()))
+                .collect(),
+            departed: table.departed.map(format_lsn),
+        }
+    }
+
+    /// The table as it was, for the changes to it still in the WAL; the
+    /// kinds of its columns' types come from the catalog (a type outlives
+    /// a dropped table unless it was the table's own).
+    fn rebuild(
+        &self,
+        session: &mut Session,
+        destination: &str,
+        departed: u64,
+    ) -> Result<Table, SourceError> {
+        let mut columns = Vec::with_capacity(self.columns.len());
+        for (name, type_oid, typmod) in &self.columns {
+            let (oid, typmod) = (*type_oid, *typmod);
+            let (kind, sql_type) = session.query("reading a column's type", |c| {
+                Box::pin(async move { catalog::type_kind(c, oid, typmod).await })
+            })?;
+            columns.push(catalog::PgColumn {
+                name: name.clone(),
+                type_oid: oid,
+                typmod,
+                kind,
+                sql_type,
+                not_null: self.not_null.contains(name),
+            });
+        }
+        let key: Vec<usize> = self
+            .key
+            .iter()
+            .filter_map(|k| columns.iter().position(|c| &c.name == k))
+            .collect();
+        let postgres_name = if self.postgres_name.is_empty() {
+            destination
+        } else {
+            &self.postgres_name
+        };
+        let (schema, name) = catalog::split_name(postgres_name);
+        let info = catalog::PgTableInfo {
+            oid: self.oid,
+            schema,
+            name,
+            identity_columns: key.clone(),
+            unique_indexes: vec![key.clone()],
+            key,
+            columns,
+            estimated_rows: -1.0,
+            replica_identity: b'd',
+            row_filter: None,
+            partitions: self
+                .partitions
+                .iter()
+                .map(|(oid, qualified)| catalog::Partition {
+                    oid: *oid,
+                    qualified: qualified.clone(),
+                })
+                .collect(),
+            unsent_columns: Vec::new(),
+            unsent_key_columns: Vec::new(),
+        };
+        Ok(Table::departed(info, destination, self.append, departed))
+    }
+}
 
 impl SchemaFile {
     pub fn new(state_dir: &Path, slot: &str) -> SchemaFile {
@@ -230,16 +469,37 @@ impl SchemaFile {
         }
     }
 
-    /// Only added trailing columns may differ from the last run.
-    pub fn check(&self, tables: &Tables) -> Result<(), SourceError> {
+    /// What the last run kept (nothing on a first run, or when the file
+    /// cannot be read: the checks it serves are then skipped).
+    pub fn read(&self) -> Recorded {
         let Ok(text) = std::fs::read_to_string(&self.path) else {
-            return Ok(());
+            return Recorded::default();
         };
-        let saved: Shapes = serde_json::from_str(&text).unwrap_or_default();
-        for table in tables.iter() {
-            let Some(before) = saved.get(&table.schema.name) else {
+        let saved: BTreeMap<String, SavedTable> = serde_json::from_str(&text).unwrap_or_default();
+        Recorded {
+            tables: saved
+                .into_iter()
+                .map(|(name, saved)| {
+                    let table = match saved {
+                        SavedTable::Recorded(r) => r,
+                        SavedTable::Columns(columns) => RecordedTable {
+                            columns,
+                            ..RecordedTable::default()
+                        },
+                    };
+                    (name, table)
+                })
+                .collect(),
+        }
+    }
+
+    /// Only added trailing columns may differ from the last run.
+    pub fn check(&self, recorded: &Recorded, tables: &Tables) -> Result<(), SourceError> {
+        for table in tables.iter().filter(|t| t.departed.is_none()) {
+            let Some(before) = recorded.tables.get(&table.schema.name) else {
                 continue;
             };
+            let before = &before.columns;
             let now = table.shape();
             if before.len() > now.len() || before[..] != now[..before.len()] {
                 let gone: Vec<&str> = before
@@ -262,20 +522,24 @@ impl SchemaFile {
                         gone.join(", ")
                     )
                 };
-                return Err(ddl_error(&table.schema.name, &what));
+                return Err(ddl_error(&table.schema.name, &what, None));
             }
         }
         Ok(())
     }
 
-    /// Best effort: a file that cannot be written only costs the check of
+    /// Best effort: a file that cannot be written only costs the checks of
     /// the next run.
     pub fn save(&self, tables: &Tables) {
         if let Some(dir) = self.path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
+        let recorded: BTreeMap<&str, RecordedTable> = tables
+            .iter()
+            .map(|t| (t.schema.name.as_str(), RecordedTable::of(t)))
+            .collect();
         let tmp = self.path.with_extension("tmp");
-        let written = serde_json::to_vec_pretty(&tables.shapes())
+        let written = serde_json::to_vec_pretty(&recorded)
             .ok()
             .and_then(|bytes| std::fs::write(&tmp, bytes).ok())
             .and_then(|()| std::fs::rename(&tmp, &self.path).ok());
@@ -401,6 +665,9 @@ pub(super) struct Start {
     /// read its exported snapshot; it then streams.
     pub gated: Option<ReplicationClient>,
     pub backfill: Option<Backfill>,
+    /// The commit LSN of the transaction to leave out whole
+    /// (`skip_transaction_at`), for the stream's decoder.
+    pub skip_transaction_at: Option<u64>,
 }
 
 /// The slot's confirmed position, if the slot exists.
@@ -428,6 +695,7 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
         catch_up_lsn: None,
         gated: None,
         backfill: None,
+        skip_transaction_at: cx.config.skip_transaction_lsn(),
     };
     if let Some(info) = &slot {
         check_slot(&cx.config, cx.session.dsn(), info)?;
@@ -466,7 +734,12 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
 
 fn create_publication(cx: &mut Context) -> Result<(), SourceError> {
     let publication = &cx.config.publication;
-    let tables: Vec<String> = cx.tables.iter().map(|t| t.info.sql_name()).collect();
+    let tables: Vec<String> = cx
+        .tables
+        .iter()
+        .filter(|t| t.departed.is_none())
+        .map(|t| t.info.sql_name())
+        .collect();
     let sql = format!(
         "CREATE PUBLICATION {} FOR TABLE {}",
         ident(publication),
@@ -645,6 +918,38 @@ fn check_not_behind_the_slot(p: &Position, acked: u64, slot: &str) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_recorded_tables_read_older_files_and_find_a_renamed_table_by_oid() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = SchemaFile::new(dir.path(), "weir");
+        // An older weir kept only the columns: no OID, so no rename is guessed.
+        std::fs::write(&file.path, r#"{"public.t": [["id", 23, -1]]}"#).unwrap();
+        let old = file.read();
+        assert_eq!(old.tables["public.t"].columns, vec![("id".into(), 23, -1)]);
+        assert_eq!(old.renamed(0, "public.t2"), None);
+        let recorded = RecordedTable {
+            oid: 41,
+            postgres_name: "public.t".into(),
+            columns: vec![("id".into(), 23, -1)],
+            departed: Some("0/10".into()),
+            ..RecordedTable::default()
+        };
+        std::fs::write(
+            &file.path,
+            serde_json::to_vec(&BTreeMap::from([("public.t", recorded)])).unwrap(),
+        )
+        .unwrap();
+        let now = file.read();
+        assert_eq!(now.tables["public.t"].departed.as_deref(), Some("0/10"));
+        assert_eq!(
+            now.renamed(41, "public.t2").map(String::as_str),
+            Some("public.t")
+        );
+        // Under its own name, or another OID: not a rename.
+        assert_eq!(now.renamed(41, "public.t"), None);
+        assert_eq!(now.renamed(42, "public.t2"), None);
+    }
 
     #[test]
     fn a_backfill_resumes_only_while_the_slot_stands_where_it_began() {

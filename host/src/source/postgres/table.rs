@@ -1,10 +1,10 @@
 //! The replicated tables: what the catalog says of each, the schema the
 //! pipeline sees, and the checks that decide whether weir can carry it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::catalog::{PgColumn, PgTableInfo};
+use super::catalog::{PgColumn, PgTableInfo, format_lsn};
 use super::decode::PgKind;
 use super::pgoutput::RelationColumn;
 use crate::change::{Column, TableSchema};
@@ -17,6 +17,12 @@ pub(super) struct Table {
     /// Written in append mode: may have no key (the backfill then goes by
     /// `ctid`), and a delete carries the whole old row.
     pub append: bool,
+    /// Set when the table has left the publication (or was dropped) since
+    /// the last run, while changes made before may still wait in the WAL:
+    /// the WAL insert position when weir found it gone. Every change it
+    /// still gets committed before that, so it is streamed (never
+    /// backfilled) until the slot has passed it, and then forgotten.
+    pub departed: Option<u64>,
 }
 
 impl Table {
@@ -90,7 +96,48 @@ impl Table {
             info,
             schema,
             append,
+            departed: None,
         })
+    }
+
+    /// A table the sinks know as `destination` while Postgres names it
+    /// otherwise: it was renamed since weir first replicated it, and its
+    /// changes go on into the same destination table.
+    pub fn with_destination(mut self, destination: &str) -> Table {
+        let mut schema = (*self.schema).clone();
+        schema.name = destination.to_string();
+        self.schema = Arc::new(schema);
+        self
+    }
+
+    /// A table no longer published that the stream may still carry changes
+    /// of (see [`Table::departed`]): described as the last run kept it, not
+    /// checked again against the catalog, which may no longer have it.
+    pub fn departed(info: PgTableInfo, destination: &str, append: bool, departed: u64) -> Table {
+        let schema = Arc::new(TableSchema {
+            name: destination.to_string(),
+            columns: info.columns.iter().map(column_of).collect(),
+            key: if append { Vec::new() } else { info.key.clone() },
+        });
+        Table {
+            info,
+            schema,
+            append,
+            departed: Some(departed),
+        }
+    }
+
+    /// The name Postgres gives relation `oid` (the table or one of its leaf
+    /// partitions), as weir last read it from the catalog.
+    pub fn postgres_name_of(&self, oid: u32) -> Option<String> {
+        if oid == self.info.oid {
+            return Some(self.info.qualified());
+        }
+        self.info
+            .partitions
+            .iter()
+            .find(|p| p.oid == oid)
+            .map(|p| p.qualified.clone())
     }
 
     /// Appends columns the stream announced (ADD COLUMN, see [`added_column`]);
@@ -237,20 +284,33 @@ fn column_of(c: &PgColumn) -> Column {
     }
 }
 
-/// The replicated tables in name order (the backfill's order), by index
-/// and by `schema.table`.
+/// The replicated tables in name order (the backfill's order), by index,
+/// by `schema.table` and by the OIDs of their relations.
 #[derive(Default)]
 pub(super) struct Tables {
     list: Vec<Table>,
     by_name: HashMap<String, usize>,
+    by_oid: HashMap<u32, usize>,
 }
 
 impl Tables {
     /// Adds a table after the others; callers add them in name order.
     pub fn push(&mut self, table: Table) {
-        self.by_name
-            .insert(table.schema.name.clone(), self.list.len());
+        let index = self.list.len();
+        self.by_name.insert(table.schema.name.clone(), index);
+        self.by_oid.insert(table.info.oid, index);
+        for partition in &table.info.partitions {
+            self.by_oid.insert(partition.oid, index);
+        }
         self.list.push(table);
+    }
+
+    /// The table whose relation (the table itself, or a leaf partition of
+    /// it) has OID `oid`: what a Relation message is mapped by, since the
+    /// OID stays when a table is renamed, and changes when it is dropped
+    /// and created again under the same name.
+    pub fn index_of_oid(&self, oid: u32) -> Option<usize> {
+        self.by_oid.get(&oid).copied()
     }
 
     pub fn len(&self) -> usize {
@@ -271,15 +331,7 @@ impl Tables {
     pub fn iter(&self) -> impl Iterator<Item = &Table> {
         self.list.iter()
     }
-
-    /// Every table's columns, by name (what [`super::setup::SchemaFile`] keeps).
-    pub fn shapes(&self) -> BTreeMap<String, Vec<(String, u32, i32)>> {
-        self.iter()
-            .map(|t| (t.schema.name.clone(), t.shape()))
-            .collect()
-    }
 }
-
 impl std::ops::Index<usize> for Tables {
     type Output = Table;
     fn index(&self, index: usize) -> &Table {
@@ -334,12 +386,25 @@ fn quoted(names: &[&str]) -> String {
         .join(", ")
 }
 
-/// A change of a replicated table's shape that weir does not carry.
-pub(super) fn ddl_error(table: &str, what: &str) -> SourceError {
+/// A change of a replicated table's shape that weir does not carry: found
+/// in the stream, in the transaction committed at `at`, or at the start.
+pub(super) fn ddl_error(table: &str, what: &str, at: Option<u64>) -> SourceError {
+    let Some(lsn) = at.map(format_lsn) else {
+        return SourceError::Invalid(format!(
+            "table {table}: {what}. weir carries only ADD COLUMN to the \
+             sinks; any other DDL on a replicated table stops the pipeline rather than write \
+             wrong data. Bring the destination in line by hand (or backfill into a new \
+             pipeline) and run again"
+        ));
+    };
+    // Leaving this one transaction out (skip_transaction_at) would not help:
+    // every later change of the table comes in the new shape.
     SourceError::Invalid(format!(
-        "table {table}: {what}. weir carries only ADD COLUMN to the sinks; any other DDL on a \
-         replicated table stops the pipeline rather than write wrong data. Bring the destination \
-         in line by hand (or backfill into a new pipeline) and run again"
+        "table {table}: {what}, as the stream shows in the transaction committed at LSN {lsn}. \
+         weir carries only ADD COLUMN to the sinks; any other DDL on a replicated table stops \
+         the pipeline rather than write wrong data, and the change stays in the WAL, so every \
+         run stops here again. Bring the destination in line by hand and start a new pipeline \
+         (a new slot and state directory: it backfills)"
     ))
 }
 
