@@ -72,6 +72,8 @@ fn env_rows(var: &str, default: u64) -> u64 {
 /// What one `weir run` to the end of its backlog took.
 struct WeirRun {
     secs: f64,
+    /// CPU time of the process, user and system, all threads.
+    cpu_secs: f64,
     /// The process's peak resident set, in MiB.
     peak_rss_mb: f64,
     /// The changes the run's report says went through the pipeline.
@@ -138,8 +140,10 @@ fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
     let changes = report["changes"]
         .as_u64()
         .unwrap_or_else(|| panic!("no `changes` in the run report: {report}"));
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     WeirRun {
         secs,
+        cpu_secs: seconds(usage.ru_utime) + seconds(usage.ru_stime),
         // Linux counts ru_maxrss in KiB.
         peak_rss_mb: usage.ru_maxrss as f64 / 1024.0,
         changes,
@@ -164,6 +168,58 @@ fn pipeline(
     let path = dir.join("pipeline.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
+}
+
+/// The CPU time (user and system) the walsender serving `slot` spent while
+/// `f` ran, from /proc: the server's own cost of sending the stream, which
+/// server-side decode (a peek) does not pay. None if no walsender was seen.
+fn walsender_cpu_during<T>(pg: &Pg, slot: &str, f: impl FnOnce() -> T) -> (T, Option<f64>) {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+            let mut pid: Option<String> = None;
+            let mut last = None;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let Some(p) = &pid else {
+                    let found = pg.value(
+                        DB,
+                        &format!(
+                            "SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = '{slot}'"
+                        ),
+                    );
+                    if found != "0" && !found.is_empty() {
+                        pid = Some(found);
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    continue;
+                };
+                // Fields 14 and 15 of /proc/<pid>/stat, after the command
+                // name in parentheses: utime and stime, in clock ticks.
+                match std::fs::read_to_string(format!("/proc/{p}/stat")) {
+                    Ok(stat) => {
+                        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                        let fields: Vec<&str> = rest.split_whitespace().collect();
+                        let cpu = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+                        if let (Some(user), Some(system)) = (cpu(11), cpu(12)) {
+                            last = Some((user + system) / ticks);
+                        }
+                    }
+                    Err(_) => break,
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            last
+        });
+        let out = f();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (out, sampler.join().unwrap())
+    })
+}
+
+fn cpu_text(cpu: Option<f64>) -> String {
+    cpu.map_or("(not seen)".to_string(), |s| format!("{s:.2} CPU-s"))
 }
 
 /// Times `what`, printing the wall time.
@@ -456,7 +512,13 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
     let end = pg.value(DB, "SELECT pg_current_wal_insert_lsn()");
 
     // ------------------------------------------------------------ streaming
-    let null_run = run_weir(&stream_null, &cache);
+    let (null_run, null_walsender) =
+        walsender_cpu_during(&pg, "bench_null", || run_weir(&stream_null, &cache));
+    println!(
+        "weir streaming into the null sink: weir used {:.2} CPU-s, the walsender {}",
+        null_run.cpu_secs,
+        cpu_text(null_walsender)
+    );
     println!(
         "weir streaming into the null sink: {:.2} s wall, {:.2} s without start-up",
         null_run.secs,
@@ -490,31 +552,37 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
         peek_messages >= rows + 2 * transactions,
         "the peek decoded {peek_messages} messages for {rows} rows"
     );
-    let recv_secs = timed("pg_recvlogical from a twin slot to /dev/null", || {
-        let out = Command::new("pg_recvlogical")
-            .args([
-                "-d",
-                &dsn,
-                "--slot",
-                "bench_twin",
-                "--start",
-                "-E",
-                &end,
-                "-o",
-                "proto_version=1",
-                "-o",
-                &format!("publication_names={PUBLICATION}"),
-                "-f",
-                "/dev/null",
-            ])
-            .output()
-            .expect("pg_recvlogical runs");
-        assert!(
-            out.status.success(),
-            "pg_recvlogical: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let (recv_secs, recv_walsender) = walsender_cpu_during(&pg, "bench_twin", || {
+        timed("pg_recvlogical from a twin slot to /dev/null", || {
+            let out = Command::new("pg_recvlogical")
+                .args([
+                    "-d",
+                    &dsn,
+                    "--slot",
+                    "bench_twin",
+                    "--start",
+                    "-E",
+                    &end,
+                    "-o",
+                    "proto_version=1",
+                    "-o",
+                    &format!("publication_names={PUBLICATION}"),
+                    "-f",
+                    "/dev/null",
+                ])
+                .output()
+                .expect("pg_recvlogical runs");
+            assert!(
+                out.status.success(),
+                "pg_recvlogical: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        })
     });
+    println!(
+        "pg_recvlogical: the walsender used {}",
+        cpu_text(recv_walsender)
+    );
     for slot in ["bench_twin", "bench_iceberg"] {
         pg.sql(DB, &format!("SELECT pg_drop_replication_slot('{slot}');"));
     }
@@ -691,4 +759,21 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
             line.what, line.includes, line.wall, line.secs, per_second, line.ratio
         );
     }
+    // What bounds streaming: the walsender sends each message as its own
+    // write, work that server-side decode (the peek) does not do. When the
+    // walsender is busy for most of weir's run, the server is the limit.
+    println!(
+        "\nstreaming into the null sink: {:.2} s wall (start-up included); weir used {:.2} CPU-s, \
+         its walsender {} ({}); pg_recvlogical's walsender {} in {:.2} s; the peek {:.2} s",
+        null_run.secs,
+        null_run.cpu_secs,
+        cpu_text(null_walsender),
+        null_walsender.map_or("-".to_string(), |cpu| format!(
+            "busy {:.0}% of weir's wall time",
+            100.0 * cpu / null_run.secs
+        )),
+        cpu_text(recv_walsender),
+        recv_secs,
+        peek_secs,
+    );
 }

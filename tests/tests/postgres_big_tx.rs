@@ -175,9 +175,14 @@ fn a_big_transaction_reaches_the_sink_in_pieces_in_bounded_memory() {
     let (pg, _dsn, _dir, root, pipeline) = set_up("weir_big_tx", 2_000);
     let (_, idle_mb) = run_measured(&pipeline);
     pg.sql("weir_big_tx", &big_transaction());
-    let (_, big_mb) = run_measured(&pipeline);
+    let (said, big_mb) = run_measured(&pipeline);
 
     assert_sink_equals_postgres(&pg, "weir_big_tx", &root, &table_defs());
+    // Handed on in pieces, it is still one source transaction to the report.
+    assert!(
+        said.contains(" changes in 1 transactions,"),
+        "the run's report did not count one transaction: {said}"
+    );
     let (lsn, last) = big_transaction_span(&root);
     let inside = batch_positions(&root, "public.big")
         .into_iter()

@@ -464,25 +464,28 @@ fn value_bytes(value: &Value) -> usize {
 /// The key columns' values as bytes, for last-write-wins lookups (Value is
 /// not Hash because of floats).
 fn key_bytes(change: &Change) -> Vec<u8> {
-    let mut out = Vec::new();
-    for value in change.key_values() {
-        let (tag, bytes): (u8, Vec<u8>) = match value {
-            Value::Null => (0, vec![]),
-            Value::Bool(v) => (1, vec![*v as u8]),
-            Value::Int32(v) => (2, v.to_be_bytes().to_vec()),
-            Value::Int64(v) => (3, v.to_be_bytes().to_vec()),
-            Value::Float64(v) => (4, v.to_bits().to_be_bytes().to_vec()),
-            Value::Decimal128(v) => (5, v.to_be_bytes().to_vec()),
-            Value::Utf8(v) => (6, v.as_bytes().to_vec()),
-            Value::Binary(v) => (7, v.clone()),
-            Value::Date32(v) => (8, v.to_be_bytes().to_vec()),
-            Value::TimestampMicros(v) => (9, v.to_be_bytes().to_vec()),
-            // Lists cannot be key columns (sources refuse them); any stable bytes do.
-            Value::List(items) => (10, format!("{items:?}").into_bytes()),
+    let mut out = Vec::with_capacity(32);
+    for &k in &change.table.key {
+        let value = &change.values[k];
+        let mut put = |tag: u8, bytes: &[u8]| {
+            out.push(tag);
+            out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+            out.extend_from_slice(bytes);
         };
-        out.push(tag);
-        out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-        out.extend_from_slice(&bytes);
+        match value {
+            Value::Null => put(0, &[]),
+            Value::Bool(v) => put(1, &[*v as u8]),
+            Value::Int32(v) => put(2, &v.to_be_bytes()),
+            Value::Int64(v) => put(3, &v.to_be_bytes()),
+            Value::Float64(v) => put(4, &v.to_bits().to_be_bytes()),
+            Value::Decimal128(v) => put(5, &v.to_be_bytes()),
+            Value::Utf8(v) => put(6, v.as_bytes()),
+            Value::Binary(v) => put(7, v),
+            Value::Date32(v) => put(8, &v.to_be_bytes()),
+            Value::TimestampMicros(v) => put(9, &v.to_be_bytes()),
+            // Lists cannot be key columns (sources refuse them); any stable bytes do.
+            Value::List(items) => put(10, format!("{items:?}").as_bytes()),
+        }
     }
     out
 }

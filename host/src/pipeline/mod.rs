@@ -224,6 +224,9 @@ impl Run<'_> {
     ) -> Result<(), RunError> {
         let pace = config.source.pace();
         let mut last_heartbeat = Instant::now();
+        // The commit of the last transaction counted: the pieces of a big
+        // source transaction share their commit and count once.
+        let mut counted_commit = None;
         loop {
             if self.control.wants_boundary() && self.at_boundary(batcher)? == Boundary::Stop {
                 return Ok(());
@@ -235,7 +238,13 @@ impl Run<'_> {
             match self.source.next_transaction()? {
                 Some(tx) => {
                     // An empty transaction is a source heartbeat, not a transaction.
-                    self.shell.report.transactions += u64::from(!tx.changes.is_empty());
+                    if !tx.changes.is_empty() {
+                        let commit = tx.end.as_stream().map(|(commit, _)| commit);
+                        if commit.is_none() || commit != counted_commit {
+                            self.shell.report.transactions += 1;
+                        }
+                        counted_commit = commit;
+                    }
                     self.shell.report.changes += tx.changes.len() as u64;
                     if !tx.changes.is_empty() {
                         self.shell.note_pending();

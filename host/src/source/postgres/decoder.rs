@@ -344,8 +344,8 @@ impl Decoder {
     fn on_update(
         &mut self,
         oid: u32,
-        old: Option<(u8, Vec<Datum>)>,
-        new: Vec<Datum>,
+        old: Option<(u8, Vec<Datum<'_>>)>,
+        new: Vec<Datum<'_>>,
         tables: &Tables,
     ) -> Result<(), SourceError> {
         // A whole old row (REPLICA IDENTITY FULL) carries unchanged TOAST values.
@@ -481,8 +481,8 @@ impl Decoder {
     fn row(
         &self,
         oid: u32,
-        tuple: &[Datum],
-        old: Option<&[Datum]>,
+        tuple: &[Datum<'_>],
+        old: Option<&[Datum<'_>]>,
         tables: &Tables,
     ) -> Result<(usize, Vec<Value>, Vec<usize>), SourceError> {
         let mapping = self.relations.get(&oid).ok_or_else(|| {
@@ -523,7 +523,7 @@ impl Decoder {
                             .map(|&k| {
                                 let i = mapping.columns.iter().position(|&c| c == k)?;
                                 match tuple.get(i) {
-                                    Some(Datum::Text(t)) => Some(t.as_str()),
+                                    Some(Datum::Text(t)) => Some(*t),
                                     _ => None,
                                 }
                             })
@@ -546,7 +546,7 @@ impl Decoder {
         op: Op,
         values: Vec<Value>,
         unchanged: Vec<usize>,
-        tuple: &[Datum],
+        tuple: &[Datum<'_>],
         tables: &Tables,
     ) -> Result<(), SourceError> {
         let mapping = self.relations.get(&oid).ok_or_else(|| {
@@ -555,22 +555,27 @@ impl Decoder {
             ))
         })?;
         let table = mapping.table;
-        let key_text = tables[table]
-            .info
-            .key
-            .iter()
-            .map(|&k| {
-                mapping
-                    .columns
-                    .iter()
-                    .position(|&c| c == k)
-                    .and_then(|i| match tuple.get(i) {
-                        Some(Datum::Text(t)) => Some(t.clone()),
-                        _ => None,
-                    })
-                    .unwrap_or_default()
-            })
-            .collect();
+        // The key's text forms serve only the look-up of left-out values.
+        let key_text = if unchanged.is_empty() {
+            Vec::new()
+        } else {
+            tables[table]
+                .info
+                .key
+                .iter()
+                .map(|&k| {
+                    mapping
+                        .columns
+                        .iter()
+                        .position(|&c| c == k)
+                        .and_then(|i| match tuple.get(i) {
+                            Some(Datum::Text(t)) => Some(t.to_string()),
+                            _ => None,
+                        })
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
         let open = self.open.as_mut().ok_or_else(|| {
             SourceError::Invalid("a row change arrived outside a transaction".into())
         })?;
@@ -689,7 +694,7 @@ impl Piece {
     pub fn leave_out_emitted(&mut self, emitted: &Emitted) {
         let (lsn, first) = (self.tx.commit_lsn, self.first);
         for (i, p) in self.tx.changes.iter_mut().enumerate() {
-            if emitted.covers(&Position::stream(lsn, first + i as u32)) {
+            if emitted.covers_stream(lsn, first + i as u32) {
                 p.dropped = true;
                 p.unchanged.clear();
             }
@@ -704,10 +709,11 @@ impl Piece {
     pub fn seal(self, tables: &Tables, emitted: &mut Emitted) -> Option<Transaction> {
         let mut changes = Vec::with_capacity(self.tx.changes.len());
         for (i, p) in self.tx.changes.into_iter().enumerate() {
-            let pos = Position::stream(self.tx.commit_lsn, self.first + i as u32);
-            if p.dropped || emitted.covers(&pos) {
+            let ordinal = self.first + i as u32;
+            if p.dropped || emitted.covers_stream(self.tx.commit_lsn, ordinal) {
                 continue;
             }
+            let pos = Position::stream(self.tx.commit_lsn, ordinal);
             let table = &tables[p.table];
             let mut values = p.values;
             // Rows from before an ADD COLUMN lack the new trailing columns.

@@ -64,6 +64,19 @@ impl Emitted {
         self.0.as_ref().is_some_and(|last| pos <= last)
     }
 
+    /// [`Emitted::covers`] for the stream position (`lsn`, `ordinal`),
+    /// without building it (this is asked for every streamed change).
+    fn covers_stream(&self, lsn: u64, ordinal: u32) -> bool {
+        match self.0.as_ref() {
+            None => false,
+            Some(last) => match last.as_stream() {
+                Some(at) => (lsn, ordinal) <= at,
+                // Backfill positions sort before every stream position.
+                None => false,
+            },
+        }
+    }
+
     fn advance(&mut self, pos: Position) {
         self.0 = Some(pos);
     }
@@ -168,5 +181,30 @@ impl Source for PostgresSource {
 impl Drop for PostgresSource {
     fn drop(&mut self) {
         self.stream.shutdown(&self.cx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn covers_stream_answers_as_covers_does() {
+        let mut emitted = Emitted::default();
+        assert!(!emitted.covers_stream(5, 0));
+        emitted.advance(Position::snapshot("public.t", b"k"));
+        assert!(!emitted.covers_stream(0, 0));
+        for last in [(10, 3), (10, u32::MAX), (11, 0)] {
+            emitted.advance(Position::stream(last.0, last.1));
+            for lsn in [9, 10, 11, 12] {
+                for ordinal in [0, 2, 3, 4, u32::MAX] {
+                    assert_eq!(
+                        emitted.covers_stream(lsn, ordinal),
+                        emitted.covers(&Position::stream(lsn, ordinal)),
+                        "{last:?} against ({lsn}, {ordinal})"
+                    );
+                }
+            }
+        }
     }
 }

@@ -2,13 +2,14 @@
 //! Insert, Update, Delete, Truncate. Begin, Commit and logical messages are
 //! parsed by the replication client; Type and Origin carry nothing we need.
 
-/// One column of a tuple as pgoutput sends it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Datum {
+/// One column of a tuple as pgoutput sends it, borrowed from the message
+/// (a row is decoded into values straight from the received bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Datum<'a> {
     Null,
     /// A TOASTed value the update did not change: pgoutput does not send it.
     Unchanged,
-    Text(String),
+    Text(&'a str),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,22 +36,22 @@ impl Relation {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Message {
+pub enum Message<'a> {
     Relation(Relation),
     Insert {
         oid: u32,
-        new: Vec<Datum>,
+        new: Vec<Datum<'a>>,
     },
     Update {
         oid: u32,
         /// `K`: the old key (the key changed); `O`: the whole old row
         /// (REPLICA IDENTITY FULL).
-        old: Option<(u8, Vec<Datum>)>,
-        new: Vec<Datum>,
+        old: Option<(u8, Vec<Datum<'a>>)>,
+        new: Vec<Datum<'a>>,
     },
     Delete {
         oid: u32,
-        old: (u8, Vec<Datum>),
+        old: (u8, Vec<Datum<'a>>),
     },
     Truncate {
         oids: Vec<u32>,
@@ -90,7 +91,7 @@ impl<'a> Reader<'a> {
         self.0 = &self.0[end + 1..];
         Ok(s)
     }
-    fn tuple(&mut self) -> Result<Vec<Datum>, String> {
+    fn tuple(&mut self) -> Result<Vec<Datum<'a>>, String> {
         let n = self.i16()?;
         let mut out = Vec::with_capacity(n.max(0) as usize);
         for _ in 0..n {
@@ -101,8 +102,7 @@ impl<'a> Reader<'a> {
                     let len = self.i32()?;
                     let bytes = self.take(len.max(0) as usize)?;
                     Datum::Text(
-                        String::from_utf8(bytes.to_vec())
-                            .map_err(|_| "pgoutput value is not UTF-8")?,
+                        std::str::from_utf8(bytes).map_err(|_| "pgoutput value is not UTF-8")?,
                     )
                 }
                 b'b' => return Err("binary pgoutput values are not expected".into()),
@@ -113,7 +113,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-pub fn parse(data: &[u8]) -> Result<Message, String> {
+pub fn parse(data: &[u8]) -> Result<Message<'_>, String> {
     let mut r = Reader(data);
     let tag = r.u8()?;
     Ok(match tag {

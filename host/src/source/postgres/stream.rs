@@ -9,7 +9,10 @@
 //! full because the pipeline is busy committing: the server never times
 //! the session out, and the reader never runs further ahead than the queue.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+use futures::FutureExt;
 
 use backon::{BlockingRetryable, ConstantBuilder};
 use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
@@ -30,10 +33,30 @@ use crate::source::SourceError;
 const IDLE_WAIT: Duration = Duration::from_millis(200);
 /// Pause between attempts to start streaming.
 const RETRY_DELAY: Duration = Duration::from_millis(500);
+/// The most events taken from the replication client's queue at once.
+/// Taking what is ready in one go, rather than one event per wake-up,
+/// keeps the source thread and the client's reader from waking each other
+/// for every message.
+const DRAIN_EVENTS: usize = 1024;
+
+/// How long to let a busy stream gather in the client's queue.
+const FLOWING_PAUSE: Duration = Duration::from_micros(500);
+
+/// What the replication client's queue gave.
+enum Received {
+    Event(ReplicationEvent),
+    /// The server ended the stream.
+    Ended,
+    Failed(PgWireError),
+}
 
 /// The streaming phase's state.
 pub(super) struct Stream {
     client: Option<ReplicationClient>,
+    /// Taken from the client's queue, not yet decoded.
+    inbox: VecDeque<Received>,
+    /// Whether the last look at the client's queue found events.
+    flowing: bool,
     /// The session that created the slot, waiting for the backfill to end
     /// before it starts streaming.
     gated: Option<ReplicationClient>,
@@ -56,6 +79,8 @@ impl Stream {
     pub fn new(publication: &str) -> Stream {
         Stream {
             client: None,
+            inbox: VecDeque::new(),
+            flowing: false,
             gated: None,
             decoder: Decoder::new(publication),
             heartbeat: None,
@@ -245,6 +270,7 @@ impl Stream {
                 }
             })?;
         self.client = Some(client);
+        self.inbox.clear();
         self.decoder.reset();
         self.last_event = Instant::now();
         tracing::info!(slot = %cx.config.slot, "streaming from the slot");
@@ -252,31 +278,63 @@ impl Stream {
     }
 
     /// The next event within `wait`; None on a timeout or a lost stream
-    /// (which the next call reconnects).
+    /// (which the next call reconnects). Takes every event already queued
+    /// (up to [`DRAIN_EVENTS`]) with the first, for the calls after.
     fn receive(
         &mut self,
         cx: &Context,
         wait: Duration,
     ) -> Result<Option<ReplicationEvent>, SourceError> {
-        let client = self.client.as_mut().expect("connected");
-        let received = cx
-            .session
-            .block_on(async { tokio::time::timeout(wait, client.recv()).await });
-        match received {
-            Err(_) => Ok(None),
-            Ok(Ok(Some(event))) => Ok(Some(event)),
-            Ok(Ok(None)) => {
+        if self.inbox.is_empty() {
+            let client = self.client.as_mut().expect("connected");
+            let inbox = &mut self.inbox;
+            let drain = |inbox: &mut VecDeque<Received>, client: &mut ReplicationClient| {
+                // Once the client's reader has ended, its outcome is read by
+                // a wait below, never by a poll that could drop it half-read.
+                while inbox.len() < DRAIN_EVENTS
+                    && client.is_running()
+                    && !matches!(inbox.back(), Some(Received::Ended | Received::Failed(_)))
+                {
+                    match client.recv().now_or_never() {
+                        Some(next) => inbox.push_back(received(next)),
+                        None => break,
+                    }
+                }
+            };
+            drain(inbox, client);
+            if inbox.is_empty() && self.flowing {
+                // The stream was busy a moment ago: more is probably on its
+                // way. A short sleep lets it gather in the client's queue;
+                // parking on the queue would have the client wake this
+                // thread for every message.
+                std::thread::sleep(FLOWING_PAUSE);
+                drain(inbox, client);
+            }
+            if inbox.is_empty() {
+                cx.session.block_on(async {
+                    if let Ok(first) = tokio::time::timeout(wait, client.recv()).await {
+                        inbox.push_back(received(first));
+                    }
+                });
+                drain(inbox, client);
+            }
+            self.flowing = !inbox.is_empty();
+        }
+        match self.inbox.pop_front() {
+            None => Ok(None),
+            Some(Received::Event(event)) => Ok(Some(event)),
+            Some(Received::Ended) => {
                 self.lost("the server ended the stream".into());
                 Ok(None)
             }
-            Ok(Err(e)) if sqlstate(&e) == Some(SqlState::UNDEFINED_OBJECT) => {
+            Some(Received::Failed(e)) if sqlstate(&e) == Some(SqlState::UNDEFINED_OBJECT) => {
                 // The slot or the publication was dropped under us.
                 Err(SourceError::Resume {
                     position: cx.emitted.last().cloned().unwrap_or_default(),
                     reason: format!("the server stopped the stream: {e}"),
                 })
             }
-            Ok(Err(e)) => {
+            Some(Received::Failed(e)) => {
                 self.lost(e.to_string());
                 Ok(None)
             }
@@ -285,6 +343,7 @@ impl Stream {
 
     fn lost(&mut self, why: String) {
         tracing::warn!("replication stream lost ({why}); reconnecting");
+        self.inbox.clear();
         if let Some(mut client) = self.client.take() {
             client.abort();
         }
@@ -406,6 +465,14 @@ impl Stream {
             changes: Vec::new(),
             end,
         })
+    }
+}
+
+fn received(result: Result<Option<ReplicationEvent>, PgWireError>) -> Received {
+    match result {
+        Ok(Some(event)) => Received::Event(event),
+        Ok(None) => Received::Ended,
+        Err(e) => Received::Failed(e),
     }
 }
 
