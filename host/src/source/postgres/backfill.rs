@@ -94,6 +94,13 @@ impl Backfill {
                 self.finish(cx);
                 return Ok(None);
             };
+            if cx.tables[t].departed.is_some() {
+                // No longer published, perhaps gone: the stream gives it
+                // its last changes, there is nothing to read.
+                self.queue.remove(0);
+                (self.after_key, self.last_read) = (None, None);
+                continue;
+            }
             self.enter_snapshot(cx)?;
             self.show(&cx.tables[t]);
             if self.reader.is_none() {

@@ -103,6 +103,7 @@ impl Stream {
         self.acked = start.acked;
         self.catch_up_lsn = start.catch_up_lsn;
         self.gated = start.gated.take();
+        self.decoder.skip_transaction_at(start.skip_transaction_at);
     }
 
     /// After the backfill: streams on the session that created the slot,
