@@ -52,18 +52,19 @@ pub mod positions_export {
 /// Bindings for the `maintenance` export alone, for the same reason as
 /// [`positions_export`]: `export_positioned_sink!(T, maintenance)` invokes
 /// its export macro beside the other two, which makes the component's world
-/// `maintained-sink-plugin`.
+/// `weir:maintenance/maintained-sink-plugin` (its own package, built on the
+/// sink contract's types).
 pub mod maintenance_export {
     wit_bindgen::generate!({
         inline: "
             package weir:sdk-glue;
 
             world maintenance-export {
-                export weir:sink/maintenance@0.1.0;
+                export weir:maintenance/maintenance@0.1.0;
             }
         ",
         world: "maintenance-export",
-        path: "../wit/since_v0.1.0",
+        path: ["../wit/since_v0.1.0", "../wit/maintenance/since_v0.1.0"],
         pub_export_macro: true,
         export_macro_name: "__export_maintenance",
         default_bindings_module: "weir_sdk::__private::maintenance_export",
@@ -147,8 +148,7 @@ pub fn write<S: Sink + Default>(
     ipc: Vec<u8>,
 ) -> Result<(), WitSinkError> {
     let meta = batch_meta(batch)?;
-    let batch = Batch::decode(meta, &ipc).map_err(to_wit)?;
-    drop(ipc);
+    let batch = Batch::decode_owned(meta, ipc).map_err(to_wit)?;
     with_sink(slot, |s| s.write(batch)).map_err(to_wit)
 }
 

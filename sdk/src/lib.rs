@@ -233,7 +233,8 @@ macro_rules! export_sink {
 /// ```
 ///
 /// A sink that also implements [`Maintenance`] exports it too (the
-/// `maintained-sink-plugin` world) with
+/// `weir:maintenance/maintained-sink-plugin` world, in
+/// `wit/maintenance/since_v0.1.0/`) with
 /// `weir_sdk::export_positioned_sink!(MySink, maintenance);`.
 ///
 /// The instance is created with `Default` on the host's first call. In a
@@ -243,7 +244,7 @@ macro_rules! export_sink {
 macro_rules! export_positioned_sink {
     ($ty:ty, maintenance) => {
         $crate::__weir_positioned_sink!($ty, {
-            impl $crate::__private::maintenance_export::exports::weir::sink::maintenance::Guest
+            impl $crate::__private::maintenance_export::exports::weir::maintenance::maintenance::Guest
                 for __WeirSinkExport
             {
                 fn maintain(
@@ -318,7 +319,8 @@ macro_rules! __weir_positioned_sink {
 /// ```
 ///
 /// A sink that also implements [`Maintenance`] exports it too (the
-/// `maintained-sink-plugin` world) with
+/// `weir:maintenance/maintained-sink-plugin` world, in
+/// `wit/maintenance/since_v0.1.0/`) with
 /// `weir_sdk::export_positioned_sink!(MySink, maintenance);`.
 ///
 /// The instance is created with `Default` on the host's first call. In a

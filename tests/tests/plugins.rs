@@ -64,6 +64,19 @@ fn inspect_reports_capabilities_of_every_shipped_plugin() {
             .map(|e| e.as_str().unwrap())
             .collect();
         assert!(exports.contains(&"weir:sink/sink@0.1.0"), "{name}: {info}");
+        // Only the Iceberg sink maintains its tables, through the package
+        // built beside the released contract.
+        let maintained = name == "weir-iceberg-sink";
+        assert_eq!(
+            capabilities.contains(&"maintenance"),
+            maintained,
+            "{name}: {info}"
+        );
+        assert_eq!(
+            exports.contains(&"weir:maintenance/maintenance@0.1.0"),
+            maintained,
+            "{name}: {info}"
+        );
         for import in info["imports"].as_array().unwrap() {
             let import = import.as_str().unwrap();
             assert!(

@@ -275,7 +275,9 @@ fn inspect_component(
     }
     let capabilities = ["positions", "maintenance"]
         .into_iter()
-        .filter(|c| exports.contains(&wit::interface_name(c, &wit_version)))
+        .filter(|c| {
+            wit::capability_export(c, &wit_version).is_some_and(|name| exports.contains(&name))
+        })
         .map(str::to_string)
         .collect();
     Ok(PluginInfo {

@@ -39,6 +39,17 @@ pub fn interface_name(interface: &str, version: &str) -> String {
     format!("{PACKAGE}/{interface}@{version}")
 }
 
+/// The export name of an optional capability (`positions`, `maintenance`)
+/// for a plugin of `version`; `None` where that version has no such
+/// capability.
+pub fn capability_export(capability: &str, version: &str) -> Option<String> {
+    match (capability, version) {
+        ("positions", _) => Some(interface_name("positions", version)),
+        ("maintenance", v0_1_0::VERSION) => Some(v0_1_0::MAINTENANCE_EXPORT.to_string()),
+        _ => None,
+    }
+}
+
 /// Adds every version's interfaces: the shared `types`, and each
 /// capability's interface served by that capability's state.
 pub fn add_to_linker<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {

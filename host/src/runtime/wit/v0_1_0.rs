@@ -13,20 +13,26 @@ use crate::runtime::types::{BatchHeader, SinkClaim, SinkError, TableDescription}
 use crate::runtime::wit::Answer;
 
 wasmtime::component::bindgen!({
-    path: "../wit/since_v0.1.0",
+    // The sink contract and the maintenance package built on it.
+    path: ["../wit/since_v0.1.0", "../wit/maintenance/since_v0.1.0"],
     // The widest world: every optional export is looked up only when the
     // plugin has it (see `ExportIndices::new`).
-    world: "maintained-sink-plugin",
+    world: "weir:maintenance/maintained-sink-plugin",
     // A blob call may trap the sink instead of answering: that is how a
     // test host crashes it in the middle of a commit (`BlobError::Crash`).
     imports: { "weir:sink/blobstore": trappable },
 });
 
-use self::exports::weir::sink::{maintenance, positions, sink};
+use self::exports::weir::maintenance::maintenance;
+use self::exports::weir::sink::{positions, sink};
 use self::weir::sink::{blobstore, log, types};
 
 /// The package version, as it appears in import and export names.
 pub const VERSION: &str = "0.1.0";
+
+/// The `maintenance` export a plugin of this version may have: its own
+/// package, built on this version's types (`wit/maintenance/since_v0.1.0/`).
+pub const MAINTENANCE_EXPORT: &str = "weir:maintenance/maintenance@0.1.0";
 
 /// Adds this version's interfaces: `types`, and `blobstore` and `log`
 /// served by the instance's capability states.
