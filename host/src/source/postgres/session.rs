@@ -34,6 +34,9 @@ pub(super) struct Session {
     /// (an open transaction, an imported snapshot) was lost in between.
     connections: u64,
     reconnect_timeout: Duration,
+    /// Whether a query waits (within `reconnect_timeout`) for a server
+    /// that is away; see [`Session::without_waiting`].
+    waits: bool,
 }
 
 impl Session {
@@ -53,6 +56,7 @@ impl Session {
             client: None,
             connections: 0,
             reconnect_timeout,
+            waits: true,
         })
     }
 
@@ -96,6 +100,9 @@ impl Session {
         what: &str,
         f: impl for<'c> Fn(&'c Client) -> QueryFuture<'c, T>,
     ) -> Result<T, SourceError> {
+        if !self.waits {
+            return self.attempt(what, &f);
+        }
         let deadline = Instant::now() + self.reconnect_timeout;
         (|| self.attempt(what, &f))
             .retry(
@@ -106,6 +113,23 @@ impl Session {
             .when(|e| e.is_transient() && Instant::now() < deadline)
             .notify(|e, _| tracing::warn!("{e}; retrying"))
             .call()
+    }
+
+    /// Runs `f` with every query of it tried once: a server that is away
+    /// fails it at once (transient) instead of being waited for. For the
+    /// streaming phase, whose look-ups must not hold up the replication
+    /// stream: a stopping server waits for that stream's last confirmation
+    /// before it goes, so waiting for it here would wait for ourselves.
+    pub fn without_waiting<R>(&mut self, f: impl FnOnce(&mut Session) -> R) -> R {
+        let waits = std::mem::replace(&mut self.waits, false);
+        let result = f(self);
+        self.waits = waits;
+        result
+    }
+
+    /// How long a query waits for a server that is away.
+    pub fn reconnect_timeout(&self) -> Duration {
+        self.reconnect_timeout
     }
 
     /// Runs statements that return nothing we need.
@@ -155,7 +179,7 @@ impl Session {
                     });
                     Ok::<_, tokio_postgres::Error>(client)
                 })
-                .map_err(|e| unavailable("cannot connect to Postgres", e))?;
+                .map_err(|e| unavailable("cannot connect to Postgres", db_message(&e)))?;
             self.client = Some(Arc::new(client));
             self.connections += 1;
         }

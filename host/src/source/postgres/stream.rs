@@ -73,6 +73,9 @@ pub(super) struct Stream {
     acked_at: Option<Instant>,
     /// When the stream last carried something (for heartbeats).
     last_event: Instant,
+    /// Since when look-ups on the query connection (TOAST values, added
+    /// columns) have found the server away, without one getting through.
+    lookups_failing_since: Option<Instant>,
 }
 
 impl Stream {
@@ -90,6 +93,7 @@ impl Stream {
             acked: 0,
             acked_at: None,
             last_event: Instant::now(),
+            lookups_failing_since: None,
         }
     }
 
@@ -230,11 +234,15 @@ impl Stream {
             return;
         }
         self.last_event = Instant::now();
-        // A missed heartbeat only delays the next idle position.
-        let _ = cx.session.execute(
-            "writing a heartbeat message",
-            "SELECT pg_logical_emit_message(false, 'weir.heartbeat', '')",
-        );
+        // A missed heartbeat only delays the next idle position; waiting
+        // for a server that is away would keep this stream from being read
+        // and confirmed, which a stopping server waits for.
+        let _ = cx.session.without_waiting(|session| {
+            session.execute(
+                "writing a heartbeat message",
+                "SELECT pg_logical_emit_message(false, 'weir.heartbeat', '')",
+            )
+        });
     }
 
     /// Opens a replication session on the slot, retrying (within the
@@ -369,8 +377,10 @@ impl Stream {
                 self.decoder.begin(final_lsn.as_u64(), commit_time_micros);
             }
             ReplicationEvent::XLogData { data, .. } => {
-                if let Some(pending) = self.decoder.decode(&data, &cx.tables)? {
-                    self.add_columns(cx, pending)?;
+                if let Some(pending) = self.decoder.decode(&data, &cx.tables)?
+                    && let Err(e) = self.add_columns(cx, pending)
+                {
+                    return self.away_during_lookup(cx, e);
                 }
                 if let Some(piece) = self.decoder.full_piece() {
                     return self.hand_on(cx, piece);
@@ -409,12 +419,42 @@ impl Stream {
         mut piece: Piece,
     ) -> Result<Option<Transaction>, SourceError> {
         piece.leave_out_emitted(&cx.emitted);
-        fill_unchanged(&mut cx.session, &cx.tables, &mut piece.tx)?;
+        let tables = &cx.tables;
+        let filled = cx
+            .session
+            .without_waiting(|session| fill_unchanged(session, tables, &mut piece.tx));
+        if let Err(e) = filled {
+            return self.away_during_lookup(cx, e);
+        }
+        self.lookups_failing_since = None;
         let tx = piece.seal(&cx.tables, &mut cx.emitted);
         if tx.is_some() {
             self.heartbeat = None;
         }
         Ok(tx)
+    }
+
+    /// A look-up of the stream failed. If the server is away, the stream
+    /// lets go of its session rather than wait for it: a stopping server
+    /// waits for this stream's confirmation before it goes, so the session
+    /// must close. The transaction being read was not handed on; after the
+    /// reconnect the server sends it again from the confirmed position (what
+    /// was handed on already is skipped). Only look-ups failing for the
+    /// whole reconnect timeout, or failing otherwise, stop the run.
+    fn away_during_lookup(
+        &mut self,
+        cx: &Context,
+        e: SourceError,
+    ) -> Result<Option<Transaction>, SourceError> {
+        if !e.is_transient() {
+            return Err(e);
+        }
+        let since = *self.lookups_failing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= cx.session.reconnect_timeout() {
+            return Err(e);
+        }
+        self.lost(format!("{e}, while the stream waited for it"));
+        Ok(None)
     }
 
     /// Reads the types of the columns a relation adds, adds them to the
@@ -427,8 +467,10 @@ impl Stream {
         let mut added = Vec::with_capacity(pending.added.len());
         for rc in &pending.added {
             let (oid, typmod) = (rc.type_oid, rc.typmod);
-            let (kind, sql_type) = cx.session.query("reading an added column's type", |c| {
-                Box::pin(async move { catalog::type_kind(c, oid, typmod).await })
+            let (kind, sql_type) = cx.session.without_waiting(|session| {
+                session.query("reading an added column's type", |c| {
+                    Box::pin(async move { catalog::type_kind(c, oid, typmod).await })
+                })
             })?;
             added.push(added_column(rc, kind, sql_type));
         }
