@@ -14,10 +14,9 @@ use std::sync::Arc;
 
 use crate::config::{PipelineConfig, SinkConfig};
 use crate::metrics::PipelineMetrics;
+use crate::pipeline::setup::{SinkParts, sink_blob_scope};
 use crate::runtime::capability::blob_faults::{BlobFaults, FaultKind};
-use crate::runtime::capability::blobstore::BlobLimits;
-use crate::runtime::network::SinkNetwork;
-use crate::runtime::{BlobScope, Plugin, SinkWorker, WasmEngine, WorkerSpec, plugin};
+use crate::runtime::{Plugin, SinkWorker, WasmEngine, plugin};
 
 /// With the `failpoints` feature, `WEIR_MAINTAIN_CRASH_AT=N` makes the
 /// sink die (trap) just before its N-th blob write of the maintenance, as
@@ -125,38 +124,21 @@ fn start(
     io: &tokio::runtime::Handle,
     crash_at: Option<u64>,
 ) -> Result<SinkWorker, String> {
-    let options: Vec<(String, String)> = sink
-        .blob_store
-        .options
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let url = &sink.blob_store.url;
-    let mut blob = BlobScope::open(url, &options, &config.base_dir, io.clone())
-        .map_err(|e| e.to_string())?
-        .with_limits(BlobLimits::from_config(&sink.name, url, &sink.limits));
+    let mut blob = sink_blob_scope(config, sink, io)?;
     if let Some(at) = crash_at {
         let faults = Arc::new(BlobFaults::default());
         faults.arm(FaultKind::Crash, at);
         blob = blob.with_faults(faults);
     }
-    SinkWorker::start(WorkerSpec {
-        name: sink.name.clone(),
-        plugin: Arc::new(loaded),
-        blob: Arc::new(blob),
-        network: SinkNetwork::new(&sink.name, grants, sink.limits.network_limits()),
-        limits: sink.limits.call_limits(),
-        retries: sink.retries,
-        pipeline: config.pipeline.clone(),
-        config: sink
-            .config
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+    let spec = SinkParts {
+        loaded,
+        blob,
+        grants,
         metrics: PipelineMetrics::detached().sink(&sink.name),
         tenant: None,
-    })
-    .map_err(|e| format!("sink `{}` failed to start: {e}", sink.name))
+    }
+    .spec(config, sink);
+    SinkWorker::start(spec).map_err(|e| format!("sink `{}` failed to start: {e}", sink.name))
 }
 
 fn crash_from_env() -> Result<Option<u64>, String> {

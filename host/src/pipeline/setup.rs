@@ -114,24 +114,59 @@ impl<'a> SinkFactory<'a> {
             &grants,
         )
         .map_err(|e| e.to_string())?;
-        let options: Vec<(String, String)> = sink
-            .blob_store
-            .options
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let url = &sink.blob_store.url;
-        let mut blob = BlobScope::open(url, &options, &config.base_dir, self.io.clone())
-            .map_err(|e| e.to_string())?
-            .with_limits(BlobLimits::from_config(&sink.name, url, &sink.limits));
+        let mut blob = sink_blob_scope(config, sink, &self.io)?;
         if let Some(share) = &self.tenant {
             blob = blob.with_tenant(share.clone());
         }
-        SinkWorker::start(WorkerSpec {
+        let spec = SinkParts {
+            loaded,
+            blob,
+            grants,
+            metrics: self.metrics.sink(&sink.name),
+            tenant: self.tenant.clone(),
+        }
+        .spec(config, sink);
+        SinkWorker::start(spec).map_err(|e| format!("failed to start: {e}"))
+    }
+}
+
+/// The blob-store root the pipeline file grants `sink`, with its limits.
+pub(crate) fn sink_blob_scope(
+    config: &PipelineConfig,
+    sink: &SinkConfig,
+    io: &tokio::runtime::Handle,
+) -> Result<BlobScope, String> {
+    let options: Vec<(String, String)> = sink
+        .blob_store
+        .options
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let url = &sink.blob_store.url;
+    Ok(BlobScope::open(url, &options, &config.base_dir, io.clone())
+        .map_err(|e| e.to_string())?
+        .with_limits(BlobLimits::from_config(&sink.name, url, &sink.limits)))
+}
+
+/// What a sink's worker is started with besides its pipeline-file entry;
+/// `weir run` and `weir maintain` start sinks alike from it.
+pub(crate) struct SinkParts {
+    pub loaded: Plugin,
+    pub blob: BlobScope,
+    pub grants: Arc<crate::runtime::network::NetworkGrants>,
+    pub metrics: crate::metrics::SinkMetrics,
+    pub tenant: Option<Arc<TenantShare>>,
+}
+
+impl SinkParts {
+    /// The worker spec: the parts, with the limits, retries and `config`
+    /// map of `sink`'s entry.
+    pub(crate) fn spec(self, config: &PipelineConfig, sink: &SinkConfig) -> WorkerSpec {
+        WorkerSpec {
             name: sink.name.clone(),
-            plugin: Arc::new(loaded),
-            blob: Arc::new(blob),
-            network: SinkNetwork::new(&sink.name, grants, sink.limits.network_limits()),
+            plugin: Arc::new(self.loaded),
+            blob: Arc::new(self.blob),
+            network: SinkNetwork::new(&sink.name, self.grants, sink.limits.network_limits()),
             limits: sink.limits.call_limits(),
             retries: sink.retries,
             pipeline: config.pipeline.clone(),
@@ -140,10 +175,9 @@ impl<'a> SinkFactory<'a> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-            metrics: self.metrics.sink(&sink.name),
-            tenant: self.tenant.clone(),
-        })
-        .map_err(|e| format!("failed to start: {e}"))
+            metrics: self.metrics,
+            tenant: self.tenant,
+        }
     }
 }
 
