@@ -175,3 +175,51 @@ impl InProcess {
             .unwrap()
     }
 }
+
+/// The best (shortest) wall-clock and CPU times over several timed rounds.
+/// CPU time counts every thread of the process, since the host's I/O
+/// threads do part of a component's work; on a busy shared machine it moves
+/// far less than wall-clock time, so both are printed.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy)]
+pub struct Best {
+    pub wall: Duration,
+    pub cpu: Duration,
+}
+
+#[allow(dead_code)]
+impl Best {
+    pub fn new() -> Self {
+        Best {
+            wall: Duration::MAX,
+            cpu: Duration::MAX,
+        }
+    }
+
+    /// Runs `work` once and keeps its times if they beat the best so far.
+    pub fn time(&mut self, work: impl FnOnce()) {
+        let (wall, cpu) = (std::time::Instant::now(), process_cpu_time());
+        work();
+        self.wall = self.wall.min(wall.elapsed());
+        self.cpu = self.cpu.min(process_cpu_time().saturating_sub(cpu));
+    }
+
+    /// `self`'s times over `baseline`'s: (wall-clock ratio, CPU ratio).
+    pub fn ratio_to(&self, baseline: &Best) -> (f64, f64) {
+        (
+            self.wall.as_secs_f64() / baseline.wall.as_secs_f64(),
+            self.cpu.as_secs_f64() / baseline.cpu.as_secs_f64(),
+        )
+    }
+}
+
+fn process_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    assert_eq!(status, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
