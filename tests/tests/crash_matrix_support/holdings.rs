@@ -177,10 +177,10 @@ pub fn held_from_change_log(shape: &TableShape, batches: &[RecordBatch]) -> Held
 }
 
 /// Every table of an Iceberg lake, read by `reader`: `duckdb` (DuckDB's
-/// iceberg extension, all tables in one Python process) or `native` (the
-/// `iceberg` crate). pyiceberg cannot serve here: it does not read
-/// equality deletes, which upsert tables are made of. A table without
-/// metadata holds nothing.
+/// iceberg extension) or `pyiceberg`, each with all tables in one Python
+/// process, or `native` (the `iceberg` crate). Upsert tables are position
+/// deletes by default, which all three read. A table without metadata
+/// holds nothing.
 pub fn held_in_iceberg(lake: &Lake, shapes: &[TableShape], reader: &str) -> Vec<Held> {
     let metadata: Vec<Option<std::path::PathBuf>> =
         shapes.iter().map(|s| lake.metadata(&s.name)).collect();
@@ -188,7 +188,7 @@ pub fn held_in_iceberg(lake: &Lake, shapes: &[TableShape], reader: &str) -> Vec<
     let reads: Vec<Read> = match reader {
         _ if present.is_empty() => Vec::new(),
         "native" => present.iter().map(|m| read_native(m)).collect(),
-        "duckdb" => read_with_duckdb(lake, &present),
+        "duckdb" | "pyiceberg" => read_with_python(lake, reader, &present),
         other => panic!("no Iceberg reader {other}"),
     };
     let mut reads = reads.into_iter();
@@ -211,18 +211,20 @@ pub fn held_in_iceberg(lake: &Lake, shapes: &[TableShape], reader: &str) -> Vec<
         .collect()
 }
 
-fn read_with_duckdb(lake: &Lake, metadata: &[&std::path::PathBuf]) -> Vec<Read> {
+/// Reads the tables with `reader` (`duckdb` or `pyiceberg`) in one Python
+/// process.
+fn read_with_python(lake: &Lake, reader: &str, metadata: &[&std::path::PathBuf]) -> Vec<Read> {
     let script =
         common::workspace().join("tests/tests/crash_matrix_support/read_iceberg_tables.py");
     let out = Command::new(python())
         .arg(script)
-        .arg("duckdb")
+        .arg(reader)
         .args(metadata)
         .output()
         .expect("python runs");
     assert!(
         out.status.success(),
-        "DuckDB could not read the lake at {}: {}",
+        "{reader} could not read the lake at {}: {}",
         lake.root.display(),
         String::from_utf8_lossy(&out.stderr)
     );

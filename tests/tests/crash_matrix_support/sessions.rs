@@ -86,15 +86,18 @@ impl Destinations {
     }
 }
 
-/// The Iceberg reader of each source's last check: DuckDB, like every
-/// other check, unless `WEIR_MATRIX_FINAL_READER=native` asks for the
-/// `iceberg` crate as well-known second opinion (slow on tables with many
-/// equality deletes, so not the default).
+/// The Iceberg reader of each source's last check: pyiceberg, a second
+/// reader beside the DuckDB of every other check, unless
+/// `WEIR_MATRIX_FINAL_READER` names `duckdb` or `native` (the `iceberg`
+/// crate) instead.
 fn final_reader() -> &'static str {
     match std::env::var("WEIR_MATRIX_FINAL_READER").as_deref() {
         Ok("native") => "native",
-        Ok("duckdb") | Err(_) => "duckdb",
-        Ok(other) => panic!("WEIR_MATRIX_FINAL_READER={other}: `duckdb` or `native`"),
+        Ok("duckdb") => "duckdb",
+        Ok("pyiceberg") | Err(_) => "pyiceberg",
+        Ok(other) => {
+            panic!("WEIR_MATRIX_FINAL_READER={other}: `pyiceberg`, `duckdb` or `native`")
+        }
     }
 }
 
