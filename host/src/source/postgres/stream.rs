@@ -377,10 +377,11 @@ impl Stream {
                 self.decoder.begin(final_lsn.as_u64(), commit_time_micros);
             }
             ReplicationEvent::XLogData { data, .. } => {
-                if let Some(pending) = self.decoder.decode(&data, &cx.tables)?
-                    && let Err(e) = self.add_columns(cx, pending)
-                {
-                    return self.away_during_lookup(cx, e);
+                if let Some(pending) = self.decoder.decode(&data, &cx.tables)? {
+                    if let Err(e) = self.add_columns(cx, pending) {
+                        return self.away_during_lookup(cx, e);
+                    }
+                    self.lookups_failing_since = None;
                 }
                 if let Some(piece) = self.decoder.full_piece() {
                     return self.hand_on(cx, piece);
