@@ -29,7 +29,8 @@
 //! - backfilling the same table into the null sink, against
 //!   `psql \copy (SELECT * FROM bench) TO '/dev/null'`;
 //! - the peak RSS of the weir process streaming one large transaction into
-//!   the null sink (`ru_maxrss` from `wait4`, the kernel's VmHWM at exit).
+//!   the null sink (its own VmHWM, polled while it runs: `ru_maxrss` would
+//!   count the benchmark process's memory too).
 //!
 //! How to read it: plugin compilation is never timed (both plugins are
 //! compiled into a shared `WEIR_COMPONENT_CACHE` first, and every run loads
@@ -80,22 +81,9 @@ struct WeirRun {
     changes: u64,
 }
 
-/// A spawned `weir run`, killed and reaped if the benchmark panics first.
-struct Reaped(Option<std::process::Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Runs `weir run --json` on `pipeline` until its source is caught up, with
-/// the shared component cache. Waits with `wait4` so the kernel hands back
-/// the process's peak RSS (`ru_maxrss`, what /proc/<pid>/status calls
-/// VmHWM) as it exits.
+/// the shared component cache, measuring its CPU time and its own peak RSS
+/// (`common::measure`).
 fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
     let dir = pipeline.parent().unwrap();
     let stdout_path = dir.join("run.stdout");
@@ -111,28 +99,15 @@ fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .spawn()
         .expect("weir runs");
-    let mut guard = Reaped(Some(child));
-    let pid = guard.0.as_ref().unwrap().id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own unreaped child; both pointers are to live locals.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let usage = common::measure::wait_measured(child);
     let secs = started.elapsed().as_secs_f64();
-    assert_eq!(
-        reaped,
-        pid,
-        "wait4 on weir: {}",
-        std::io::Error::last_os_error()
-    );
-    // Reaped already: the guard must not signal a pid that may be reused.
-    guard.0 = None;
     let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
     let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
     assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "weir run {} failed (wait status {status}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        pipeline.display()
+        usage.status.success(),
+        "weir run {} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        pipeline.display(),
+        usage.status
     );
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!("weir run --json printed no report ({e}):\n{stdout}\nstderr:\n{stderr}")
@@ -140,12 +115,10 @@ fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
     let changes = report["changes"]
         .as_u64()
         .unwrap_or_else(|| panic!("no `changes` in the run report: {report}"));
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     WeirRun {
         secs,
-        cpu_secs: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-        // Linux counts ru_maxrss in KiB.
-        peak_rss_mb: usage.ru_maxrss as f64 / 1024.0,
+        cpu_secs: usage.cpu_secs,
+        peak_rss_mb: usage.peak_rss_mb,
         changes,
     }
 }

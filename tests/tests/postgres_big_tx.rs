@@ -129,7 +129,7 @@ fn set_up(db: &str, batch_rows: usize) -> (Pg, String, tempfile::TempDir, PathBu
 }
 
 /// Runs `weir run` until caught up and returns its output and peak RSS in
-/// MiB (`ru_maxrss` from `wait4`: the kernel's high-water mark at exit).
+/// MiB (the process's own high-water mark, see `common::measure`).
 fn run_measured(pipeline: &Path) -> (String, f64) {
     let dir = pipeline.parent().unwrap();
     let (out_path, err_path) = (dir.join("run.stdout"), dir.join("run.stderr"));
@@ -142,27 +142,18 @@ fn run_measured(pipeline: &Path) -> (String, f64) {
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .expect("weir runs");
-    let child = Running(child);
-    let pid = child.id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own unreaped child; both pointers are to live locals.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-    // Reaped: dropping the guard must not signal a pid that may be reused.
-    std::mem::forget(child);
+    let usage = common::measure::wait_measured(child);
     let said = format!(
         "{}{}",
         std::fs::read_to_string(&out_path).unwrap_or_default(),
         std::fs::read_to_string(&err_path).unwrap_or_default()
     );
     assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "weir run failed (wait status {status}): {said}"
+        usage.status.success(),
+        "weir run failed ({}): {said}",
+        usage.status
     );
-    // Linux counts ru_maxrss in KiB.
-    (said, usage.ru_maxrss as f64 / 1024.0)
+    (said, usage.peak_rss_mb)
 }
 
 /// How much more than a run of no rows the run of the big transaction may

@@ -9,6 +9,7 @@
 //! - [`expect`]: comparing that with the oracle;
 //! - [`batches`]: record batches as the host hands them to a sink;
 //! - [`kill`]: when crash tests kill the host;
+//! - [`measure`]: a child's own CPU time and peak memory (feature `host`);
 //! - [`redis`]: a private `redis-server` per test, and what the Redis sink
 //!   wrote read back and compared with the oracle;
 //! - [`serve`]: `weir serve` per test, its admin API, and new versions of
@@ -22,6 +23,8 @@ pub mod command;
 #[cfg(feature = "host")]
 pub mod expect;
 pub mod kill;
+#[cfg(feature = "host")]
+pub mod measure;
 pub mod moto;
 pub mod pipeline;
 #[cfg(feature = "host")]
