@@ -25,11 +25,17 @@ fn iceberg_plugin() -> PathBuf {
 /// The pipeline file `file` in `dir`: every generator table upserted into
 /// the lake, small batches (many commits), and the maintenance `policy`.
 fn pipeline(dir: &Path, file: &str, changes: u64, lake: &Lake, policy: &[(&str, &str)]) -> PathBuf {
+    builder(changes, lake, policy, 1).write(&dir.join(file))
+}
+
+/// [`pipeline`] as a builder, for a test to change its pace, with the
+/// sink's `retries`.
+fn builder(changes: u64, lake: &Lake, policy: &[(&str, &str)], retries: u32) -> PipelineBuilder {
     let sink = policy.iter().fold(
         SinkBuilder::new("iceberg", iceberg_plugin())
             .blob_store(&lake.root)
             .limits(1024, 120_000)
-            .retries(1)
+            .retries(retries)
             .config("warehouse", &lake.warehouse()),
         |sink, (key, value)| sink.config(key, value),
     );
@@ -45,7 +51,6 @@ fn pipeline(dir: &Path, file: &str, changes: u64, lake: &Lake, policy: &[(&str, 
         .heartbeat_ms(500)
         .metadata("pos", "change_pos")
         .state_dir("state")
-        .write(&dir.join(file))
 }
 
 /// No maintenance while the pipeline runs, so that `weir maintain` finds
@@ -282,4 +287,135 @@ fn a_crash_at_each_step_of_a_compaction_leaves_the_table_exact() {
         text(&out)
     );
     assert_readers(&lake, CHANGES, Some(&table), "after the crashes");
+}
+
+/// `weir maintain` racing a running `weir run` for the same tables and
+/// SIGKILLed at random moments, again and again until the run ends; then
+/// once to completion. The run never fails, its positions reach the
+/// generator's end, and every reader returns exactly the generator's rows.
+#[test]
+fn maintenance_killed_at_random_beside_a_running_pipeline_leaves_every_table_exact() {
+    const CHANGES: u64 = 1_500;
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake {
+        root: dir.path().join("lake"),
+    };
+    // A commit about every 300 ms, so that some compaction rounds get in
+    // between two commits and others lose the race. A commit that loses to
+    // a compaction answers `retryable`: the default retries, as an
+    // operator running maintenance beside the pipeline would have.
+    let run = builder(CHANGES, &lake, &RUN_POLICY, 5)
+        .pace_us(8_000)
+        .max_rows(200)
+        .linger_ms(300)
+        .write(&dir.path().join("run.yaml"));
+    let maintain = pipeline(
+        dir.path(),
+        "maintain.yaml",
+        CHANGES,
+        &lake,
+        &MAINTAIN_POLICY,
+    );
+    // Built up first, so every maintenance has small files to rewrite.
+    let first = pipeline(dir.path(), "first.yaml", 300, &lake, &RUN_POLICY);
+    let out = run_weir(&["run", first.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir run failed: {}", text(&out));
+
+    let cache = shared_component_cache();
+    let spawn = |args: &[&str], log: &Path| {
+        std::process::Command::new(common::weir_bin())
+            .args(args)
+            .env_remove("WEIR_SERVER")
+            .env("WEIR_COMPONENT_CACHE", &cache)
+            .env("WEIR_LOG", "info")
+            .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("weir starts")
+    };
+    let mut running = spawn(&["run", run.to_str().unwrap()], &dir.path().join("run.log"));
+    let mut schedule = common::KillSchedule::from_env_or_random();
+    let (mut killed_mid_work, mut finished, mut races_lost) = (0, 0, 0);
+    let mut compacted_beside_the_run = 0;
+    // The first maintenance runs to its end and says how long one takes;
+    // the later ones are killed at a random moment of that span (its
+    // start-up included), again and again until the run ends.
+    let mut span_ms = None;
+    for attempt in 0.. {
+        if running.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(attempt < 400, "the run never ended");
+        let log = dir.path().join(format!("maintain-{attempt}.log"));
+        let started = std::time::Instant::now();
+        let mut maintainer = spawn(&["maintain", maintain.to_str().unwrap()], &log);
+        match span_ms {
+            None => {
+                maintainer.wait().unwrap();
+                span_ms = Some(started.elapsed().as_millis() as u64);
+            }
+            Some(span) => std::thread::sleep(std::time::Duration::from_millis(
+                schedule.next_ms(span / 4, span.max(2)),
+            )),
+        }
+        let was_running = maintainer.try_wait().unwrap().is_none();
+        if was_running {
+            maintainer.kill().unwrap();
+        }
+        let status = maintainer.wait().unwrap();
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if !was_running {
+            assert!(status.success(), "weir maintain failed: {said}");
+            finished += 1;
+        }
+        let committed_rounds = said.matches("compacted ").count();
+        compacted_beside_the_run += committed_rounds;
+        races_lost += said.matches("another writer committed first").count();
+        // Killed after it had committed work and while it still had more:
+        // the kill fell inside the maintenance, not before it began.
+        if was_running && committed_rounds > 0 {
+            killed_mid_work += 1;
+        }
+    }
+    let run_status = running.wait().unwrap();
+    let run_log = std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    assert!(
+        run_status.success(),
+        "weir run failed beside maintenance: {run_log}"
+    );
+    println!(
+        "a maintenance took {span_ms:?} ms; {killed_mid_work} kills inside a maintenance, \
+         {finished} maintenances finished, \
+         {compacted_beside_the_run} compactions committed beside the run, {races_lost} races lost"
+    );
+    if killed_mid_work < 2 || compacted_beside_the_run == 0 {
+        panic!(
+            "INCONCLUSIVE: {killed_mid_work} kills landed inside a maintenance that had \
+             committed work (want 2), {compacted_beside_the_run} compactions committed while \
+             the pipeline ran (want 1)"
+        );
+    }
+    // Every table reached the generator's end, exactly, in every reader.
+    let at = committed(&lake);
+    let everything: BTreeMap<String, Vec<u8>> = tables()
+        .iter()
+        .map(|t| (t.name.clone(), vec![0xff; 64]))
+        .collect();
+    assert!(
+        upsert_state_at(SEED, CHANGES, &at) == upsert_state_at(SEED, CHANGES, &everything),
+        "the tables stand short of the generator's end: {at:?}"
+    );
+    assert_readers(&lake, CHANGES, None, "after the kills");
+
+    // One maintenance to completion finishes what the killed ones left,
+    // and the tables read the same.
+    let out = run_weir(&["maintain", maintain.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir maintain failed: {}", text(&out));
+    assert_eq!(committed(&lake), at, "maintenance moved a position");
+    for table in tables() {
+        let name = &table.name;
+        assert_eq!(total(&lake, name, "total-data-files"), 1, "{name}");
+        assert_eq!(total(&lake, name, "total-delete-files"), 0, "{name}");
+    }
+    assert_readers(&lake, CHANGES, None, "after a last maintenance");
 }

@@ -397,6 +397,8 @@ impl TableWork<'_> {
                         loaded: next,
                         report,
                     } => {
+                        // As it goes, for whoever watches a long run.
+                        weir_sdk::log::info(format!("{}: {report}", self.path));
                         done.push(report);
                         loaded = *next;
                         rounds += 1;
@@ -404,6 +406,10 @@ impl TableWork<'_> {
                     }
                     Round::NothingToDo { .. } => break,
                     Round::Lost => {
+                        weir_sdk::log::info(format!(
+                            "{}: another writer committed first; compacting again from its version",
+                            self.path
+                        ));
                         lost += 1;
                         if lost == MAX_LOST_RACES {
                             done.push(format!(
@@ -425,6 +431,7 @@ impl TableWork<'_> {
             loop {
                 match self.expire(&loaded).await? {
                     Expired::Committed { report, .. } => {
+                        weir_sdk::log::info(format!("{}: {report}", self.path));
                         done.push(report);
                         break;
                     }
@@ -443,6 +450,10 @@ impl TableWork<'_> {
                         break;
                     }
                     Expired::Lost => {
+                        weir_sdk::log::info(format!(
+                            "{}: another writer committed first; expiring again from its version",
+                            self.path
+                        ));
                         lost += 1;
                         if lost == MAX_LOST_RACES {
                             done.push(format!(

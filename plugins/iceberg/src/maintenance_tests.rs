@@ -423,6 +423,41 @@ fn a_commit_that_loses_the_race_to_a_compaction_still_applies_its_changes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_commit_after_another_process_expired_every_snapshot_it_knew_still_applies() {
+    let dir = root("expired-under-writer");
+    let mut model = written(&dir, 6);
+    // The writer knows the table (and holds a key index) as of its own
+    // last commit ...
+    let mut writer = sink(&dir, &[]);
+    commit(&mut writer, &mut model, 6);
+    // ... then another process compacts, and expires every snapshot but
+    // the compaction's, deleting the manifest lists and manifests the
+    // writer's loaded version names ...
+    sink(
+        &dir,
+        &[
+            ("expire_snapshots_older_than", "0s"),
+            ("keep_snapshots", "1"),
+        ],
+    )
+    .maintain(P, &[], &[])
+    .unwrap();
+    assert_eq!(
+        metadata(&dir).snapshots().count(),
+        1,
+        "the expiry left older snapshots"
+    );
+    // ... and the writer's next commits, whose first reads a file that is
+    // gone, retry from the newest version (retryable, never fatal).
+    for n in 7..10 {
+        commit(&mut writer, &mut model, n);
+        assert_eq!(scan(&dir), model, "commit {n}");
+    }
+    assert_eq!(writer.committed(P, T).unwrap(), last_position(9));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs `what` on a fresh table once per blob write, crashing at that write,
 /// until a run needs no crash; after each crash the table reads exactly the
 /// model and a retry completes. Returns how many writes the run makes.

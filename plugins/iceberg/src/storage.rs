@@ -92,6 +92,13 @@ pub fn take_io_failure() -> bool {
 }
 
 /// Converts a blob error, keeping "not found" recognizable for the crate.
+///
+/// A file that is not found was named by the table metadata the reader
+/// loaded (a check for existence does not come here). Snapshot expiry
+/// deletes only files the newest metadata no longer names, so the usual
+/// reason is an expiry in another process (`weir maintain` beside `weir
+/// run`) since that load: retryable, and the retry reloads the table. A
+/// file missing from the newest metadata too fails every retry, naming it.
 pub fn blob_error(e: BlobError) -> Error {
     let kind = match e {
         BlobError::NotFound(_) => ErrorKind::DataInvalid,
@@ -99,12 +106,12 @@ pub fn blob_error(e: BlobError) -> Error {
         BlobError::Denied(_) => ErrorKind::Unexpected,
         BlobError::Io(_) => ErrorKind::Unexpected,
     };
-    let retryable = matches!(e, BlobError::Io(_));
-    if retryable {
+    let io = matches!(e, BlobError::Io(_));
+    if io {
         IO_FAILED.with(|failed| failed.set(true));
     }
     let error = Error::new(kind, e.to_string());
-    if retryable {
+    if io || matches!(e, BlobError::NotFound(_)) {
         error.with_retryable(true)
     } else {
         error
