@@ -439,7 +439,7 @@ fn last_commit(metadata: &TableMetadata, pipeline: &str, table: &str) -> Option<
 
 fn iceberg_error(context: &str, e: iceberg::Error) -> SinkError {
     let message = format!("{context}: {e}");
-    if e.retryable() {
+    if e.retryable() || storage::take_missing_file() {
         SinkError::Retryable(message)
     } else {
         SinkError::Fatal(message)

@@ -83,6 +83,16 @@ thread_local! {
     /// thread (not per process) keeps native tests that run side by side
     /// from seeing each other's failures.
     static IO_FAILED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set when a read found no file where the table's metadata named one
+    /// (cleared by [`take_missing_file`]): the crate's Parquet reader wraps
+    /// the error and loses its retryable flag on the way.
+    static MISSING_FILE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a file named by table metadata was found missing on this thread
+/// since the last time this was asked.
+pub fn take_missing_file() -> bool {
+    MISSING_FILE.with(|missing| missing.replace(false))
 }
 
 /// Whether a blob call failed with `io` on this thread since the last time
@@ -107,11 +117,15 @@ pub fn blob_error(e: BlobError) -> Error {
         BlobError::Io(_) => ErrorKind::Unexpected,
     };
     let io = matches!(e, BlobError::Io(_));
+    let missing = matches!(e, BlobError::NotFound(_));
     if io {
         IO_FAILED.with(|failed| failed.set(true));
     }
+    if missing {
+        MISSING_FILE.with(|flag| flag.set(true));
+    }
     let error = Error::new(kind, e.to_string());
-    if io || matches!(e, BlobError::NotFound(_)) {
+    if io || missing {
         error.with_retryable(true)
     } else {
         error
