@@ -199,8 +199,9 @@ pub fn read_python(reader: &str, metadata: &Path) -> Result<Read, String> {
     Ok(Read { columns, rows })
 }
 
-/// Reads a table with the `iceberg` crate (its own local file IO and scan).
-pub fn read_native(metadata: &Path) -> Read {
+/// The table's rows as the `iceberg` crate scans them (its own local file
+/// IO and scan), in the batches it returns.
+pub fn scan_native(metadata: &Path) -> Vec<RecordBatch> {
     // One thread: the iceberg crate's equality-delete loader can miss a
     // wake-up on a multi-thread runtime and hang the scan.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -208,7 +209,7 @@ pub fn read_native(metadata: &Path) -> Read {
         .build()
         .unwrap();
     let location = format!("file://{}", metadata.display());
-    let batches: Vec<RecordBatch> = runtime.block_on(async {
+    runtime.block_on(async {
         let table = iceberg::table::StaticTable::from_metadata_file(
             &location,
             iceberg::TableIdent::from_strs(["t", "t"]).unwrap(),
@@ -226,7 +227,12 @@ pub fn read_native(metadata: &Path) -> Read {
             .try_collect()
             .await
             .unwrap_or_else(|e| panic!("{location}: scan failed: {e}"))
-    });
+    })
+}
+
+/// Reads a table with the `iceberg` crate, each value in canonical form.
+pub fn read_native(metadata: &Path) -> Read {
+    let batches = scan_native(metadata);
     let mut read = Read {
         columns: Vec::new(),
         rows: Vec::new(),
