@@ -164,15 +164,25 @@ fn a_backfill_that_loses_its_snapshot_fails_the_run_and_the_next_run_completes_i
     let mut child = spawn_weir(&pipeline, &log);
 
     // The backfill's session holds the imported snapshot in an open
-    // transaction between chunks: end that connection under it.
+    // transaction, reading a COPY or idle between chunks: end that
+    // connection under it. Any statement has a transaction, so the catalog
+    // reads before the snapshot is imported must not match: the log says
+    // when it is, and the session's state says it is that transaction.
     let find = format!(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE datname = '{db}' AND application_name = 'weir' AND backend_type = 'client backend' \
-         AND xact_start IS NOT NULL AND pid <> pg_backend_pid()"
+         AND (state = 'idle in transaction' OR query LIKE 'COPY %') AND pid <> pg_backend_pid()"
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if pg.value(db, &find) == "t" {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !said.contains("backfill complete"),
+            "inconclusive: the backfill ended before its snapshot session was seen: {said}"
+        );
+        if said.contains("backfill reads the slot's exported snapshot")
+            && pg.value(db, &find) == "t"
+        {
             break;
         }
         assert!(
@@ -186,7 +196,10 @@ fn a_backfill_that_loses_its_snapshot_fails_the_run_and_the_next_run_completes_i
         .iter()
         .map(|b| b.num_rows())
         .sum();
-    assert!(backfilled_rows < 60_000, "the backfill had already ended");
+    assert!(
+        backfilled_rows < 60_000,
+        "inconclusive: the backfill had already ended"
+    );
 
     let status = exit_within(&mut child, Duration::from_secs(60));
     let said = std::fs::read_to_string(&log).unwrap_or_default();
