@@ -481,17 +481,18 @@ impl TableWork<'_> {
 
     /// One compaction of at most `compact_max_input` bytes, if at least
     /// `min_files` data files are small or have deletes against them.
-    async fn compact_round(&self, base: &Loaded, min_files: usize) -> iceberg::Result<Round> {
-        let metadata = &base.metadata;
-        let Some(snapshot) = metadata.current_snapshot() else {
-            return Ok(Round::NothingToDo { settled: 0 });
-        };
-        let file_io = &self.settings.file_io;
+    /// The table at `base` for the crate's scan and reader, and the scan's
+    /// plan of `snapshot`: a task per data file, with the deletes that apply.
+    async fn plan(
+        &self,
+        base: &Loaded,
+        snapshot: &Snapshot,
+    ) -> iceberg::Result<(IcebergTable, Vec<FileScanTask>)> {
         let table = IcebergTable::builder()
-            .metadata(metadata.clone())
+            .metadata(base.metadata.clone())
             .metadata_location(base.location.clone())
             .identifier(TableIdent::from_strs(self.path.split('/'))?)
-            .file_io(file_io.clone())
+            .file_io(self.settings.file_io.clone())
             .runtime(Runtime::try_current()?)
             .readonly(true)
             .disable_cache()
@@ -505,23 +506,39 @@ impl TableWork<'_> {
             .await?
             .try_collect()
             .await?;
+        Ok((table, tasks))
+    }
 
-        // Which delete files apply to which data files, as the scan planned.
-        let mut applies: HashMap<String, HashSet<String>> = HashMap::new();
+    /// One compaction of at most `compact_max_input` bytes, if at least
+    /// `min_files` data files are small or have deletes against them.
+    async fn compact_round(&self, base: &Loaded, min_files: usize) -> iceberg::Result<Round> {
+        let Some(snapshot) = base.metadata.current_snapshot() else {
+            return Ok(Round::NothingToDo { settled: 0 });
+        };
+        let (table, tasks) = self.plan(base, snapshot).await?;
+
+        let applies = applies_of(&tasks);
+        let small = (self.policy.compact_target_file_size as u64) * 3 / 4;
+        // A rewrite writes each partition's rows to files of that
+        // partition, so a small file alone in its partition would come back
+        // as the same file: only files with deletes, and small files that
+        // have another small one in their partition, are worth a rewrite.
+        let mut small_in_partition: HashMap<Option<&iceberg::spec::Struct>, HashSet<&str>> =
+            HashMap::new();
         for task in &tasks {
-            for delete in &task.deletes {
-                applies
-                    .entry(delete.file_path.clone())
+            if task.file_size_in_bytes < small {
+                small_in_partition
+                    .entry(task.partition.as_ref())
                     .or_default()
-                    .insert(task.data_file_path.clone());
+                    .insert(task.data_file_path.as_str());
             }
         }
-        let small = (self.policy.compact_target_file_size as u64) * 3 / 4;
         let mut candidates: Vec<&FileScanTask> = Vec::new();
         let mut seen = HashSet::new();
         for task in &tasks {
-            if (task.file_size_in_bytes < small || !task.deletes.is_empty())
-                && seen.insert(task.data_file_path.as_str())
+            let mergeable = task.file_size_in_bytes < small
+                && small_in_partition[&task.partition.as_ref()].len() >= 2;
+            if (mergeable || !task.deletes.is_empty()) && seen.insert(task.data_file_path.as_str())
             {
                 candidates.push(task);
             }
@@ -544,6 +561,30 @@ impl TableWork<'_> {
             input += task.file_size_in_bytes;
             chosen.push(task.clone());
         }
+        self.rewrite(base, snapshot, &table, chosen, &applies).await
+    }
+
+    /// Test only: rewrites every data file of the current snapshot, as a
+    /// rewrite by another engine (a sort, say) may, whatever its size.
+    #[cfg(test)]
+    pub(crate) async fn rewrite_every_file(&self, base: &Loaded) -> iceberg::Result<Round> {
+        let snapshot = base.metadata.current_snapshot().expect("a snapshot");
+        let (table, tasks) = self.plan(base, snapshot).await?;
+        let applies = applies_of(&tasks);
+        self.rewrite(base, snapshot, &table, tasks, &applies).await
+    }
+
+    /// Rewrites the live rows of `chosen` (every delete applied) into new
+    /// files and commits the `replace` snapshot on `base`.
+    async fn rewrite(
+        &self,
+        base: &Loaded,
+        snapshot: &Snapshot,
+        table: &IcebergTable,
+        chosen: Vec<FileScanTask>,
+        applies: &HashMap<String, HashSet<String>>,
+    ) -> iceberg::Result<Round> {
+        let metadata = &base.metadata;
         let rewritten: HashSet<String> = chosen.iter().map(|t| t.data_file_path.clone()).collect();
 
         // The live rows of the chosen files, every delete applied.
@@ -574,7 +615,7 @@ impl TableWork<'_> {
                 base,
                 snapshot,
                 &rewritten,
-                &applies,
+                applies,
                 &conformed,
                 &mut written,
             )
@@ -941,6 +982,20 @@ impl TableWork<'_> {
             let _ = self.settings.file_io.delete(location).await;
         }
     }
+}
+
+/// Which delete files apply to which data files, as the scan planned.
+fn applies_of(tasks: &[FileScanTask]) -> HashMap<String, HashSet<String>> {
+    let mut applies: HashMap<String, HashSet<String>> = HashMap::new();
+    for task in tasks {
+        for delete in &task.deletes {
+            applies
+                .entry(delete.file_path.clone())
+                .or_default()
+                .insert(task.data_file_path.clone());
+        }
+    }
+    applies
 }
 
 async fn read_list(

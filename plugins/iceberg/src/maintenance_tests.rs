@@ -86,7 +86,17 @@ fn changes(n: u32) -> Vec<(i64, Op, Option<String>)> {
 /// Writes and commits commit `n` through the sink and applies it to the
 /// model.
 fn commit(sink: &mut NativeSink<IcebergSink>, model: &mut Model, n: u32) {
-    let rows = changes(n);
+    commit_rows(sink, model, n, changes(n));
+}
+
+/// Writes and commits `rows` as commit `n` (its positions) through the sink
+/// and applies them to the model.
+fn commit_rows(
+    sink: &mut NativeSink<IcebergSink>,
+    model: &mut Model,
+    n: u32,
+    rows: Vec<(i64, Op, Option<String>)>,
+) {
     let position = |i: usize| (n * 16 + i as u32).to_be_bytes();
     let batch = BatchBuilder::new()
         .int64("id", rows.iter().map(|r| r.0))
@@ -420,6 +430,71 @@ fn a_commit_that_loses_the_race_to_a_compaction_still_applies_its_changes() {
         assert_eq!(scan(&dir), model, "commit {n}");
     }
     assert_eq!(writer.committed(P, T).unwrap(), last_position(9));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_commit_that_loses_the_race_to_a_compaction_that_kept_the_file_counts_still_applies() {
+    let dir = root("lost-to-count-keeping-compaction");
+    let partitioned = [("partition.sales.orders", "bucket(2, id)")];
+    let mut model = Model::new();
+    // One commit: one data file in each of the two partitions, no deletes.
+    let mut writer = sink(&dir, &partitioned);
+    let keys = 0..8i64;
+    let insert = keys
+        .clone()
+        .map(|k| (k, Op::Insert, Some(format!("a-{k}"))));
+    commit_rows(&mut writer, &mut model, 0, insert.collect());
+    let counts = || {
+        (
+            total(&dir, "total-data-files"),
+            total(&dir, "total-delete-files"),
+        )
+    };
+    assert_eq!(
+        counts(),
+        (2, 0),
+        "the set-up wants a file in each partition"
+    );
+    // Our compaction leaves a file alone in its partition be ...
+    let replaced = metadata(&dir).current_snapshot().unwrap().snapshot_id();
+    let report = sink(&dir, &partitioned)
+        .maintain(P, &[], &strings(&["compact"]))
+        .unwrap();
+    assert!(
+        report.contains("no data files worth compacting"),
+        "{report}"
+    );
+    let now = metadata(&dir);
+    assert_eq!(now.current_snapshot().unwrap().snapshot_id(), replaced);
+    // ... but another engine may rewrite both files, one per partition (to
+    // sort them, say): a `replace` that leaves the table's file and
+    // delete-file counts as they were.
+    let maintainer = sink(&dir, &[]);
+    let settings = maintainer.sink().settings.as_ref().unwrap();
+    let policy = Policy::default();
+    let round = weir_sdk::native::with_blob_root(&dir, || {
+        let work = TableWork {
+            settings,
+            path: "sales/orders",
+            policy: &policy,
+        };
+        let base = settings.catalog.load("sales/orders").unwrap().unwrap();
+        runtime().block_on(work.rewrite_every_file(&base)).unwrap()
+    });
+    assert!(matches!(round, Round::Committed { .. }));
+    let now = metadata(&dir);
+    let snapshot = now.current_snapshot().unwrap();
+    assert_ne!(snapshot.snapshot_id(), replaced, "nothing was compacted");
+    assert_eq!(snapshot.summary().operation, Operation::Replace);
+    assert_eq!(counts(), (2, 0), "the compaction changed the file counts");
+    // The writer, which knows the table as it was, updates every key: its
+    // position deletes name the files the compaction removed, so it must
+    // compute them again against the new ones.
+    let update = keys.map(|k| (k, Op::Update, Some(format!("b-{k}"))));
+    commit_rows(&mut writer, &mut model, 1, update.collect());
+    assert_eq!(scan(&dir), model);
+    assert_eq!(writer.committed(P, T).unwrap(), last_position(1));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -327,15 +327,15 @@ impl TableCommit<'_> {
                     true,
                 ));
             }
-            if by_position && files_changed(&base.metadata, &newer.metadata) {
+            if by_position && !deletes_still_apply(&base.metadata, &newer.metadata) {
                 // Our position deletes were computed against the files of
-                // the version we read; another writer changed them (a
-                // compaction, another pipeline's rows): recompute on retry.
+                // the version we read; another writer committed a snapshot
+                // (a compaction, another pipeline's rows): recompute on retry.
                 *self.key_index = None;
                 return Err((
                     SinkError::Retryable(format!(
-                        "table {}: Iceberg table {} changed its files during the commit; \
-                         the commit is recomputed against them",
+                        "table {}: Iceberg table {} took a new snapshot during the commit; \
+                         the commit is recomputed against it",
                         self.name(),
                         self.path
                     )),
@@ -763,39 +763,14 @@ fn split_winners(
     Ok((data, deletes))
 }
 
-/// Whether the snapshots `newer` has beyond `base`'s current one changed
-/// any file (by the running totals every writer we know keeps; a snapshot
-/// without them counts as a change).
-fn files_changed(base: &TableMetadata, newer: &TableMetadata) -> bool {
-    let totals = |s: &iceberg::spec::SnapshotRef| {
-        let p = &s.summary().additional_properties;
-        (
-            p.get("total-data-files").cloned(),
-            p.get("total-delete-files").cloned(),
-        )
-    };
-    let stop = base.current_snapshot();
-    let before = match stop {
-        Some(s) => totals(s),
-        None => (Some("0".to_string()), Some("0".to_string())),
-    };
-    if before.0.is_none() || before.1.is_none() {
-        return true;
-    }
-    let mut snapshot = newer.current_snapshot();
-    while let Some(s) = snapshot {
-        if Some(s.snapshot_id()) == stop.map(|b| b.snapshot_id()) {
-            return false;
-        }
-        if totals(s) != before {
-            return true;
-        }
-        snapshot = s
-            .parent_snapshot_id()
-            .and_then(|id| newer.snapshot_by_id(id));
-    }
-    // `base`'s snapshot is not an ancestor of the new one.
-    stop.is_some()
+/// Whether position deletes computed against `base` still name the right
+/// rows in `newer`: only if the table's current snapshot is the same one
+/// (another writer changed metadata alone, as an expiry does). Any new
+/// snapshot may have moved rows between files (a compaction can rewrite
+/// files while keeping every count the summaries carry), so the deletes
+/// are computed again.
+fn deletes_still_apply(base: &TableMetadata, newer: &TableMetadata) -> bool {
+    base.current_snapshot_id() == newer.current_snapshot_id()
 }
 
 /// A test stops the sink here as a crash would: the call fails and the test
