@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use wasm_encoder::{
-    CodeSection, Component, Function, FunctionSection, Instruction, Module, ModuleSection,
-    TypeSection, ValType,
+    BlockType, CodeSection, Component, Function, FunctionSection, Instruction, Module,
+    ModuleSection, TypeSection, ValType,
 };
 use weir_test_support::with_extra_memories;
 
@@ -78,29 +78,53 @@ fn the_memory_limit_holds_across_several_memories() {
     }
 }
 
-/// A component of one core module whose `functions` functions each run
-/// `ops` additions through a chain of locals: valid, useless, and slow to
-/// compile.
-fn compile_bomb(functions: u32, ops: u32) -> Vec<u8> {
+/// A component of one core module with one function that is valid,
+/// useless, and slow to compile on any machine: `ops` additions between
+/// `locals` locals picked at random, in small blocks each left by a
+/// conditional branch, and every local summed at the end. Every local is
+/// live across every block, so the compiler's work grows with blocks times
+/// live values (a straight chain of additions compiles in milliseconds,
+/// however long: CI compiled eight of 300,000 within half a second). One
+/// function, because functions are what a compiler spreads over cores.
+fn compile_bomb(ops: u32, locals: u32) -> Vec<u8> {
+    const BLOCK_OPS: u32 = 16;
     let mut types = TypeSection::new();
     types.ty().function([], [ValType::I32]);
     let mut declared = FunctionSection::new();
-    let mut code = CodeSection::new();
-    for _ in 0..functions {
-        declared.function(0);
-        let locals = 64u32;
-        let mut body = Function::new([(locals, ValType::I32)]);
-        for i in 0..ops {
-            let at = i % locals;
-            body.instruction(&Instruction::LocalGet(at));
-            body.instruction(&Instruction::LocalGet((at * 7 + 3) % locals));
-            body.instruction(&Instruction::I32Add);
-            body.instruction(&Instruction::LocalSet((at + 1) % locals));
+    declared.function(0);
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut pick = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % u64::from(locals)) as u32
+    };
+    let mut body = Function::new([(locals, ValType::I32)]);
+    for i in 0..ops {
+        if i % BLOCK_OPS == 0 {
+            if i > 0 {
+                body.instruction(&Instruction::End);
+            }
+            body.instruction(&Instruction::Block(BlockType::Empty));
+            body.instruction(&Instruction::LocalGet(pick()));
+            body.instruction(&Instruction::BrIf(0));
         }
-        body.instruction(&Instruction::LocalGet(0));
-        body.instruction(&Instruction::End);
-        code.function(&body);
+        body.instruction(&Instruction::LocalGet(pick()));
+        body.instruction(&Instruction::LocalGet(pick()));
+        body.instruction(&Instruction::I32Add);
+        body.instruction(&Instruction::LocalSet(pick()));
     }
+    if ops > 0 {
+        body.instruction(&Instruction::End);
+    }
+    body.instruction(&Instruction::LocalGet(0));
+    for local in 1..locals {
+        body.instruction(&Instruction::LocalGet(local));
+        body.instruction(&Instruction::I32Add);
+    }
+    body.instruction(&Instruction::End);
+    let mut code = CodeSection::new();
+    code.function(&body);
     let mut module = Module::new();
     module.section(&types).section(&declared).section(&code);
     let mut component = Component::new();
@@ -111,9 +135,10 @@ fn compile_bomb(functions: u32, ops: u32) -> Vec<u8> {
 #[test]
 fn a_plugin_slow_to_compile_is_given_up_at_its_limit() {
     let dir = tempfile::tempdir().unwrap();
-    // About 10 MB of code: seconds of compiling on any machine, far more
-    // than the half second it is given.
-    let path = write_plugin(dir.path(), "bomb.wasm", &compile_bomb(8, 300_000));
+    // About 1 MB of code that took 28 s to compile on a 2-core development
+    // machine (given all the time it needed), against the half second it
+    // is given here.
+    let path = write_plugin(dir.path(), "bomb.wasm", &compile_bomb(100_000, 2_000));
     let bomb = SinkBuilder::new("bomb", &path)
         .blob_store(&sink_root(dir.path(), "bomb"))
         .compile_timeout_ms(500);

@@ -114,6 +114,15 @@ impl FsCatalog {
         }))
     }
 
+    /// Whether `v<version>.metadata.json` exists (one byte read, not the file).
+    fn exists(&self, table_path: &str, version: u64) -> Result<bool> {
+        match blob::get_range(&metadata_file(table_path, version), 0, 1) {
+            Ok(_) => Ok(true),
+            Err(BlobError::NotFound(_)) => Ok(false),
+            Err(e) => Err(blob_error(e)),
+        }
+    }
+
     /// The hinted version, if the hint exists and parses.
     fn hint(&self, table_path: &str) -> Result<Option<u64>> {
         match blob::get(&format!("{table_path}/metadata/{HINT}")) {
@@ -207,6 +216,20 @@ impl Catalog for FsCatalog {
         base: &Loaded,
         metadata: TableMetadata,
     ) -> std::result::Result<Loaded, CommitError> {
+        // Snapshot expiry deletes the metadata files older than the
+        // metadata log (100 versions by default). A writer that far behind
+        // would find its next version's name free again, and its
+        // `put_if_absent` would succeed beside a newer history that no load
+        // ever reads. The hint (written after every commit, lagging by a
+        // few at most) says whether a newer version exists; it is believed
+        // only if that version's file is there, so a hint written by hand
+        // cannot block every commit.
+        if let Some(hinted) = self.hint(table_path)?
+            && hinted > base.version
+            && self.exists(table_path, hinted)?
+        {
+            return Err(CommitError::Conflict);
+        }
         self.put_version(table_path, base.version + 1, metadata)
     }
 
@@ -218,6 +241,68 @@ impl Catalog for FsCatalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iceberg::spec::{
+        FormatVersion, NestedField, PrimitiveType, Schema, SortOrder, TableMetadataBuilder, Type,
+        UnboundPartitionSpec,
+    };
+
+    fn metadata(location: &str) -> TableMetadata {
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap();
+        TableMetadataBuilder::new(
+            schema,
+            UnboundPartitionSpec::builder().build(),
+            SortOrder::unsorted_order(),
+            location.to_string(),
+            FormatVersion::V2,
+            Default::default(),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata
+    }
+
+    #[test]
+    fn a_writer_behind_versions_removed_as_old_loses_the_race() {
+        let dir =
+            std::env::temp_dir().join(format!("weir-iceberg-catalog-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("file://{}", dir.display());
+        weir_sdk::native::with_blob_root(&dir, || {
+            let catalog = FsCatalog::new(Warehouse::new(&url).unwrap());
+            let table = "ns/t";
+            let first = catalog
+                .create(table, &metadata(&catalog.table_location(table)))
+                .unwrap();
+            let mut head = first.clone();
+            for _ in 0..5 {
+                head = catalog.commit(table, &head, head.metadata.clone()).unwrap();
+            }
+            assert_eq!(head.version, 6);
+            // What expiry does to versions older than the metadata log.
+            for old in 1..=3 {
+                blob::delete(&metadata_file(table, old)).unwrap();
+            }
+            // A writer still at version 1: its next name, v2, is free again.
+            match catalog.commit(table, &first, first.metadata.clone()) {
+                Err(CommitError::Conflict) => {}
+                other => panic!("a writer five versions behind committed: {other:?}"),
+            }
+            assert!(!catalog.exists(table, 2).unwrap(), "v2 was written again");
+            assert_eq!(catalog.load(table).unwrap().unwrap().version, 6);
+            // A hint naming a version that does not exist blocks nobody.
+            blob::put(&format!("{table}/metadata/{HINT}"), b"99").unwrap();
+            let next = catalog.commit(table, &head, head.metadata.clone()).unwrap();
+            assert_eq!(next.version, 7);
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn versions_parse() {
