@@ -191,6 +191,17 @@ pub struct Index {
     changes_since_checkpoint: u64,
 }
 
+/// The key (identifier) field ids of `schema`, in ascending order: the
+/// order in which key columns are hashed. The iceberg crate keeps them in a
+/// hash set, whose order differs from one load of the same metadata to the
+/// next; a key hashed in one order is not found by a look-up in the other,
+/// and the commit would write no position delete for it (a duplicate row).
+pub fn key_field_ids(schema: &iceberg::spec::Schema) -> Vec<i32> {
+    let mut ids: Vec<i32> = schema.identifier_field_ids().collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// The key field ids and their Arrow types in the table's current schema.
 pub fn key_types(metadata: &TableMetadata, key_ids: &[i32]) -> Result<Vec<DataType>> {
     let schema = metadata.current_schema();

@@ -165,7 +165,7 @@ impl TableCommit<'_> {
         let partitioner = partitioner.as_ref();
         let mut index_change = None;
         let new_files = if upsert {
-            let ids: Vec<i32> = table_schema.identifier_field_ids().collect();
+            let ids = crate::index::key_field_ids(&table_schema);
             if ids.is_empty() {
                 return Err(self.poison(
                     "the Iceberg table has no identifier fields (it was created in append \
@@ -363,6 +363,23 @@ impl TableCommit<'_> {
         ids: &[i32],
     ) -> std::result::Result<(), Failed> {
         let settings = self.settings;
+        if self
+            .key_index
+            .as_ref()
+            .is_some_and(|index| index.hasher().field_ids() != ids)
+        {
+            // Hashes of the key columns in another order would find no key.
+            weir_sdk::log::info(format!(
+                "table {}: reloading the key index of {}: it was made for key fields {:?}, \
+                 the commit has {ids:?}",
+                self.table.name,
+                self.path,
+                self.key_index
+                    .as_ref()
+                    .map(|i| i.hasher().field_ids().to_vec())
+            ));
+            *self.key_index = None;
+        }
         if let Some(index) = self.key_index.as_mut() {
             match index.catch_up(&settings.file_io, metadata).await {
                 Ok(None) => return Ok(()),
