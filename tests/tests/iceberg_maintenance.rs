@@ -294,8 +294,6 @@ fn a_crash_at_each_step_of_a_compaction_leaves_the_table_exact() {
 /// once to completion. The run never fails, its positions reach the
 /// generator's end, and every reader returns exactly the generator's rows.
 #[test]
-#[ignore = "finds duplicate keys in about 1 run in 9 (issue 12, under investigation); run it with \
-            --ignored"]
 fn maintenance_killed_at_random_beside_a_running_pipeline_leaves_every_table_exact() {
     const CHANGES: u64 = 3_000;
     // WEIR_KEEP_TEST_DIR=1 keeps the lake and every process's log for a
