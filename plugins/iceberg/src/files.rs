@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_array::builder::{Int64Builder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
 use iceberg::arrow::{arrow_schema_to_schema, schema_to_arrow_schema};
 use iceberg::io::FileIO;
 use iceberg::spec::{
@@ -184,19 +185,38 @@ pub struct DeletePartition {
     pub part: usize,
 }
 
-/// Writes one position-delete file: each `(data file path, row)` once,
-/// sorted by path and row as the spec asks. Every data file it names must be
+/// The rows of one data file a commit deletes: its path and row numbers.
+pub type FileDeletes = (String, Vec<i64>);
+
+/// Writes one position-delete file: every row of `deletes` once (a data
+/// file named twice is merged), sorted by path and row as the spec asks. Every data file it names must be
 /// of `partition` (`None`: an unpartitioned table).
 pub async fn write_position_deletes(
     spec: &FileSpec<'_>,
     partition: Option<DeletePartition>,
-    mut deletes: Vec<(String, i64)>,
+    mut deletes: Vec<FileDeletes>,
 ) -> Result<Vec<DataFile>> {
-    if deletes.is_empty() {
+    // Sorted by path then row, as the spec asks: the paths (one per data
+    // file) once, then each file's rows as numbers.
+    deletes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut files: Vec<FileDeletes> = Vec::with_capacity(deletes.len());
+    for (path, rows) in deletes {
+        match files.last_mut() {
+            Some(last) if last.0 == path => last.1.extend(rows),
+            _ => files.push((path, rows)),
+        }
+    }
+    let mut count = 0usize;
+    let mut path_bytes = 0usize;
+    for (path, rows) in &mut files {
+        rows.sort_unstable();
+        rows.dedup();
+        count += rows.len();
+        path_bytes += path.len() * rows.len();
+    }
+    if count == 0 {
         return Ok(Vec::new());
     }
-    deletes.sort_unstable();
-    deletes.dedup();
     let schema = Arc::new(
         Schema::builder()
             .with_fields(vec![
@@ -214,10 +234,16 @@ pub async fn write_position_deletes(
             .build()?,
     );
     let arrow = Arc::new(schema_to_arrow_schema(&schema)?);
-    let paths: ArrayRef = Arc::new(StringArray::from_iter_values(
-        deletes.iter().map(|(p, _)| p.as_str()),
-    ));
-    let rows: ArrayRef = Arc::new(Int64Array::from_iter_values(deletes.iter().map(|d| d.1)));
+    let mut paths = StringBuilder::with_capacity(count, path_bytes);
+    let mut positions = Int64Builder::with_capacity(count);
+    for (path, rows) in &files {
+        for &row in rows {
+            paths.append_value(path);
+            positions.append_value(row);
+        }
+    }
+    let paths: ArrayRef = Arc::new(paths.finish());
+    let rows: ArrayRef = Arc::new(positions.finish());
     let batch = RecordBatch::try_new(arrow, vec![paths, rows]).map_err(|e| {
         Error::new(
             ErrorKind::Unexpected,

@@ -428,8 +428,10 @@ impl TableCommit<'_> {
         }
         self.prepare_index(metadata, ids).await?;
         let index = self.key_index.as_ref().expect("prepared above");
-        // The rows to delete, by the partition of the data file holding them.
-        let mut positions: HashMap<Struct, Vec<(String, i64)>> = HashMap::new();
+        // The rows to delete, by the data file holding them (with its
+        // partition): one path per file, not one per row, so that sorting
+        // them compares row numbers and not long paths with one prefix.
+        let mut doomed: HashMap<&str, (&Struct, Vec<i64>)> = HashMap::new();
         for (b, rows) in winners.iter().enumerate() {
             if rows.is_empty() {
                 continue;
@@ -448,10 +450,11 @@ impl TableCommit<'_> {
                 .map_err(|e| self.poison(format!("cannot hash the keys: {e}")))?;
             for (&r, key) in rows.iter().zip(hashes) {
                 if let Some((file, row)) = index.locate(&key) {
-                    positions
-                        .entry(file.partition.clone())
-                        .or_default()
-                        .push((file.path.clone(), i64::from(row)));
+                    doomed
+                        .entry(file.path.as_str())
+                        .or_insert_with(|| (&file.partition, Vec::new()))
+                        .1
+                        .push(i64::from(row));
                 }
                 if ops[b][r as usize] == Op::Delete {
                     change.deleted.push(key);
@@ -527,8 +530,23 @@ impl TableCommit<'_> {
                 ),
             ));
         }
-        let mut positions: Vec<(Struct, Vec<(String, i64)>)> = positions.into_iter().collect();
-        positions.sort_by(|a, b| a.1.first().cmp(&b.1.first()));
+        let mut by_partition: HashMap<&Struct, Vec<files::FileDeletes>> = HashMap::new();
+        for (path, (partition, rows)) in doomed {
+            by_partition
+                .entry(partition)
+                .or_default()
+                .push((path.to_string(), rows));
+        }
+        let mut positions: Vec<(Struct, Vec<files::FileDeletes>)> = by_partition
+            .into_iter()
+            .map(|(partition, mut files)| {
+                files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                (partition.clone(), files)
+            })
+            .collect();
+        // Partitions numbered in the order of their first file, so the
+        // delete files' names do not depend on a hash map's order.
+        positions.sort_by(|a, b| a.1.first().map(|f| &f.0).cmp(&b.1.first().map(|f| &f.0)));
         let arity = partitioner.map_or(0, Partitioner::arity);
         if let Some((value, rows)) = positions.iter().find(|(v, _)| v.fields().len() != arity) {
             // A file of another partition spec (the table's spec was changed
@@ -540,7 +558,7 @@ impl TableCommit<'_> {
                      an older partition spec are not supported",
                     self.table.name,
                     self.path,
-                    rows.first().map(|r| r.0.as_str()).unwrap_or_default(),
+                    rows.first().map(|f| f.0.as_str()).unwrap_or_default(),
                     value.fields().len()
                 )),
                 true,
