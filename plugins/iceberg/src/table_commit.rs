@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array};
-use arrow_row::{OwnedRow, RowConverter, SortField};
+use arrow_row::{Row, RowConverter, SortField};
 use iceberg::spec::{
     DataFile, FormatVersion, Schema, SortOrder, Struct, TableMetadata, TableMetadataBuilder,
     UnboundPartitionSpec,
@@ -745,12 +745,18 @@ fn fold_by_key(
         .map(|&i| SortField::new(first.schema().field(i).data_type().clone()))
         .collect();
     let converter = RowConverter::new(sort_fields)?;
-    let mut last: HashMap<OwnedRow, (usize, u32)> = HashMap::new();
-    for (b, batch) in batches.iter().enumerate() {
+    // Every batch's keys converted first, so the map can borrow them rather
+    // than own a copy of each key.
+    let mut converted = Vec::with_capacity(batches.len());
+    for batch in batches {
         let keys: Vec<_> = key_index.iter().map(|&i| batch.column(i).clone()).collect();
-        let rows = converter.convert_columns(&keys)?;
+        converted.push(converter.convert_columns(&keys)?);
+    }
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let mut last: HashMap<Row<'_>, (usize, u32)> = HashMap::with_capacity(total);
+    for (b, rows) in converted.iter().enumerate() {
         for (r, row) in rows.iter().enumerate() {
-            last.insert(row.owned(), (b, r as u32));
+            last.insert(row, (b, r as u32));
         }
     }
     let mut winners: Vec<Vec<u32>> = vec![Vec::new(); batches.len()];
