@@ -8,11 +8,8 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array, RecordBatch};
-use futures::TryStreamExt;
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
-use iceberg::table::StaticTable;
 use weir_sdk::native::{NativeSink, encode_ipc};
 use weir_sdk::{BatchMeta, CommitRequest, Committed, Mode, Op, Table};
 use weir_test_support::BatchBuilder;
@@ -184,38 +181,13 @@ fn runtime() -> tokio::runtime::Runtime {
 /// The table as the crate's scan sees it (its own file IO): id -> name.
 fn scan(dir: &Path) -> Model {
     let location = format!("file://{}", newest_metadata(dir).display());
-    let batches: Vec<RecordBatch> = runtime().block_on(async {
-        let table = StaticTable::from_metadata_file(
-            &location,
-            iceberg::TableIdent::from_strs(["sales", "orders"]).unwrap(),
-            FileIO::new_with_fs(),
-        )
-        .await
-        .unwrap();
-        table
-            .scan()
-            .build()
-            .unwrap()
-            .to_arrow()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap()
-    });
+    let batches = crate::tests::scan_metadata(&location);
     let mut out = Model::new();
     for b in batches {
         let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
-        let names = arrow_cast::cast(
-            b.column_by_name("name").unwrap(),
-            &arrow_schema::DataType::Utf8,
-        )
-        .unwrap();
-        let names = names.as_string::<i32>();
-        for i in 0..b.num_rows() {
-            assert!(!names.is_null(i));
-            let previous = out.insert(ids.value(i), names.value(i).to_string());
-            assert!(previous.is_none(), "duplicate key {}", ids.value(i));
+        for (id, name) in ids.values().iter().zip(crate::tests::names_of(&b)) {
+            let previous = out.insert(*id, name.expect("every row has a name"));
+            assert!(previous.is_none(), "duplicate key {id}");
         }
     }
     out

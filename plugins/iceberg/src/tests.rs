@@ -105,24 +105,24 @@ fn newest_metadata(dir: &Path) -> PathBuf {
     meta.join(format!("v{}.metadata.json", hint.trim()))
 }
 
-/// The table as the crate's scan sees it: id -> name.
-fn scan(dir: &Path) -> BTreeMap<i64, Option<String>> {
+/// Every row of the table whose metadata file is at `location`, as the
+/// crate's own scan (with its local file system, not our storage) reads it.
+pub(crate) fn scan_metadata(location: &str) -> Vec<RecordBatch> {
     // One thread: the iceberg crate's equality-delete loader can miss a
     // wake-up on a multi-thread runtime and hang the scan.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let metadata = format!("file://{}", newest_metadata(dir).display());
     runtime.block_on(async {
         let table = StaticTable::from_metadata_file(
-            &metadata,
+            location,
             TableIdent::from_strs(["sales", "orders"]).unwrap(),
             FileIO::new_with_fs(),
         )
         .await
         .unwrap();
-        let batches: Vec<RecordBatch> = table
+        table
             .scan()
             .build()
             .unwrap()
@@ -131,27 +131,35 @@ fn scan(dir: &Path) -> BTreeMap<i64, Option<String>> {
             .unwrap()
             .try_collect()
             .await
-            .unwrap();
-        let mut out = BTreeMap::new();
-        for b in batches {
-            let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
-            let names = arrow_cast::cast(
-                b.column_by_name("name").unwrap(),
-                &arrow_schema::DataType::Utf8,
-            )
-            .unwrap();
-            let names = names.as_string::<i32>();
-            for i in 0..b.num_rows() {
-                let name = (!names.is_null(i)).then(|| names.value(i).to_string());
-                assert!(
-                    out.insert(ids.value(i), name).is_none(),
-                    "duplicate key {}",
-                    ids.value(i)
-                );
-            }
-        }
-        out
+            .unwrap()
     })
+}
+
+/// The `name` column of a batch the crate's scan read, as text.
+pub(crate) fn names_of(batch: &RecordBatch) -> Vec<Option<String>> {
+    let names = arrow_cast::cast(
+        batch.column_by_name("name").unwrap(),
+        &arrow_schema::DataType::Utf8,
+    )
+    .unwrap();
+    names
+        .as_string::<i32>()
+        .iter()
+        .map(|name| name.map(str::to_string))
+        .collect()
+}
+
+/// The table as the crate's scan sees it: id -> name.
+fn scan(dir: &Path) -> BTreeMap<i64, Option<String>> {
+    let batches = scan_metadata(&format!("file://{}", newest_metadata(dir).display()));
+    let mut out = BTreeMap::new();
+    for b in batches {
+        let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+        for (id, name) in ids.values().iter().zip(names_of(&b)) {
+            assert!(out.insert(*id, name).is_none(), "duplicate key {id}");
+        }
+    }
+    out
 }
 
 fn expect(pairs: &[(i64, &str)]) -> BTreeMap<i64, Option<String>> {
@@ -1299,47 +1307,18 @@ fn partition_values_round_trip_through_checkpoint_bytes() {
 /// Rows per key `(a, b)` of a table keyed on two columns, as the crate's
 /// scan reads them.
 fn scan_two_column_keys(dir: &Path) -> BTreeMap<(i64, i64), Vec<String>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let metadata = format!("file://{}", newest_metadata(dir).display());
-    runtime.block_on(async {
-        let table = StaticTable::from_metadata_file(
-            &metadata,
-            TableIdent::from_strs(["sales", "orders"]).unwrap(),
-            FileIO::new_with_fs(),
-        )
-        .await
-        .unwrap();
-        let batches: Vec<RecordBatch> = table
-            .scan()
-            .build()
-            .unwrap()
-            .to_arrow()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
-        let mut out: BTreeMap<(i64, i64), Vec<String>> = BTreeMap::new();
-        for b in batches {
-            let a = b.column_by_name("a").unwrap().as_primitive::<Int64Type>();
-            let k = b.column_by_name("b").unwrap().as_primitive::<Int64Type>();
-            let names = arrow_cast::cast(
-                b.column_by_name("name").unwrap(),
-                &arrow_schema::DataType::Utf8,
-            )
-            .unwrap();
-            let names = names.as_string::<i32>();
-            for i in 0..b.num_rows() {
-                out.entry((a.value(i), k.value(i)))
-                    .or_default()
-                    .push(names.value(i).to_string());
-            }
+    let batches = scan_metadata(&format!("file://{}", newest_metadata(dir).display()));
+    let mut out: BTreeMap<(i64, i64), Vec<String>> = BTreeMap::new();
+    for b in batches {
+        let a = b.column_by_name("a").unwrap().as_primitive::<Int64Type>();
+        let k = b.column_by_name("b").unwrap().as_primitive::<Int64Type>();
+        for ((a, k), name) in a.values().iter().zip(k.values()).zip(names_of(&b)) {
+            out.entry((*a, *k))
+                .or_default()
+                .push(name.unwrap_or_default());
         }
-        out
-    })
+    }
+    out
 }
 
 /// The iceberg crate keeps a table's key fields in a hash set, so each load
