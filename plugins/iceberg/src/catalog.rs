@@ -269,10 +269,7 @@ mod tests {
 
     #[test]
     fn a_writer_behind_versions_removed_as_old_loses_the_race() {
-        let dir =
-            std::env::temp_dir().join(format!("weir-iceberg-catalog-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::tests::root("catalog-behind");
         let url = format!("file://{}", dir.display());
         weir_sdk::native::with_blob_root(&dir, || {
             let catalog = FsCatalog::new(Warehouse::new(&url).unwrap());

@@ -409,6 +409,13 @@ impl Index {
                 metadata.uuid()
             )));
         }
+        let fields = key_field_ids(metadata.current_schema());
+        if fields != self.hasher.field_ids {
+            return Ok(Some(format!(
+                "the index hashes key fields {:?}, the table's are {fields:?}",
+                self.hasher.field_ids
+            )));
+        }
         let types = key_types(metadata, &self.hasher.field_ids)?;
         if types != self.hasher.types {
             return Ok(Some("the key columns changed type".into()));

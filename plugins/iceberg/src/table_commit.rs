@@ -363,23 +363,6 @@ impl TableCommit<'_> {
         ids: &[i32],
     ) -> std::result::Result<(), Failed> {
         let settings = self.settings;
-        if self
-            .key_index
-            .as_ref()
-            .is_some_and(|index| index.hasher().field_ids() != ids)
-        {
-            // Hashes of the key columns in another order would find no key.
-            weir_sdk::log::info(format!(
-                "table {}: reloading the key index of {}: it was made for key fields {:?}, \
-                 the commit has {ids:?}",
-                self.table.name,
-                self.path,
-                self.key_index
-                    .as_ref()
-                    .map(|i| i.hasher().field_ids().to_vec())
-            ));
-            *self.key_index = None;
-        }
         if let Some(index) = self.key_index.as_mut() {
             match index.catch_up(&settings.file_io, metadata).await {
                 Ok(None) => return Ok(()),
@@ -530,23 +513,20 @@ impl TableCommit<'_> {
                 ),
             ));
         }
-        let mut by_partition: HashMap<&Struct, Vec<files::FileDeletes>> = HashMap::new();
+        // Files by path (one comparison per file, not per row), and the
+        // partitions in the order of their first file, so the delete files'
+        // names do not depend on a hash map's order.
+        let mut doomed: Vec<(&str, (&Struct, Vec<i64>))> = doomed.into_iter().collect();
+        doomed.sort_unstable_by_key(|(path, _)| *path);
+        let mut positions: Vec<(Struct, Vec<files::FileDeletes>)> = Vec::new();
+        let mut slots: HashMap<&Struct, usize> = HashMap::new();
         for (path, (partition, rows)) in doomed {
-            by_partition
-                .entry(partition)
-                .or_default()
-                .push((path.to_string(), rows));
+            let slot = *slots.entry(partition).or_insert_with(|| {
+                positions.push((partition.clone(), Vec::new()));
+                positions.len() - 1
+            });
+            positions[slot].1.push((path.to_string(), rows));
         }
-        let mut positions: Vec<(Struct, Vec<files::FileDeletes>)> = by_partition
-            .into_iter()
-            .map(|(partition, mut files)| {
-                files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                (partition.clone(), files)
-            })
-            .collect();
-        // Partitions numbered in the order of their first file, so the
-        // delete files' names do not depend on a hash map's order.
-        positions.sort_by(|a, b| a.1.first().map(|f| &f.0).cmp(&b.1.first().map(|f| &f.0)));
         let arity = partitioner.map_or(0, Partitioner::arity);
         if let Some((value, rows)) = positions.iter().find(|(v, _)| v.fields().len() != arity) {
             // A file of another partition spec (the table's spec was changed

@@ -21,7 +21,7 @@ use super::*;
 
 const T: &str = "shop.orders";
 
-fn root(name: &str) -> PathBuf {
+pub(crate) fn root(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("weir-iceberg-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
