@@ -52,6 +52,10 @@ pub mod blob;
 mod config;
 mod error;
 pub mod log;
+// The C library's byte comparisons, replaced in the WebAssembly build;
+// natively compiled only to be tested.
+#[cfg(any(target_arch = "wasm32", test))]
+mod mem;
 #[cfg(any(not(target_arch = "wasm32"), doc))]
 pub mod native;
 pub mod net;
