@@ -36,6 +36,7 @@ use iceberg::spec::TableMetadata;
 use weir_sdk::blob::{self, BlobError};
 use weir_sdk::{Batch, CommitRequest, Committed, Config, Positions, Result, Sink, SinkError};
 
+mod avro_names;
 pub mod catalog;
 pub mod commit;
 pub mod files;
@@ -145,6 +146,7 @@ fn configured_specs(config: &Config) -> Result<HashMap<String, ConfiguredSpec>> 
 
 impl Sink for IcebergSink {
     fn open(&mut self, pipeline: &str, config: &Config) -> Result<()> {
+        avro_names::install();
         let warehouse = Warehouse::new(config.require("warehouse")?)
             .map_err(|e| SinkError::Fatal(format!("config key `warehouse`: {e}")))?;
         match config.get("catalog").unwrap_or("filesystem") {
