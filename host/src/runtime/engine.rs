@@ -252,6 +252,11 @@ fn config(pooling: bool) -> Config {
     // several times slower; sinks are called synchronously.
     config.concurrency_support(false);
     config.epoch_interruption(true);
+    // For sink authors measuring their plugin: `perf` then names the
+    // plugin's own functions instead of bare addresses.
+    if std::env::var_os("WEIR_PERF_MAP").is_some_and(|v| v == "1") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     if pooling {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(64);
