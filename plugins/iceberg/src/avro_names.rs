@@ -53,32 +53,31 @@ impl SchemaNameValidator for HandWritten {
 
 impl SchemaNamespaceValidator for HandWritten {
     fn validate(&self, namespace: &str) -> AvroResult<()> {
-        if is_namespace(namespace) {
-            Ok(())
-        } else {
-            Err(Details::InvalidNamespace(namespace.to_string(), NAMESPACE_PATTERN).into())
-        }
+        verdict(is_namespace(namespace), || {
+            Details::InvalidNamespace(namespace.to_string(), NAMESPACE_PATTERN)
+        })
     }
 }
 
 impl EnumSymbolNameValidator for HandWritten {
     fn validate(&self, symbol: &str) -> AvroResult<()> {
-        if is_identifier(symbol) {
-            Ok(())
-        } else {
-            Err(Details::EnumSymbolName(symbol.to_string()).into())
-        }
+        verdict(is_identifier(symbol), || {
+            Details::EnumSymbolName(symbol.to_string())
+        })
     }
 }
 
 impl RecordFieldNameValidator for HandWritten {
     fn validate(&self, field_name: &str) -> AvroResult<()> {
-        if is_identifier(field_name) {
-            Ok(())
-        } else {
-            Err(Details::FieldName(field_name.to_string()).into())
-        }
+        verdict(is_identifier(field_name), || {
+            Details::FieldName(field_name.to_string())
+        })
     }
+}
+
+/// Ok when `valid`, else the error `refusal` makes.
+fn verdict(valid: bool, refusal: impl FnOnce() -> Details) -> AvroResult<()> {
+    if valid { Ok(()) } else { Err(refusal().into()) }
 }
 
 /// Installs the checks, once per process; a later call (or one after the
