@@ -140,14 +140,29 @@ pub fn run(
     host.control.mark_recovered();
 
     let mut batcher = setup::batcher(config, &tables, shell.descriptions());
-    let mut run = Run {
-        core: &mut core,
-        shell: &mut shell,
-        source: source.as_mut(),
-        control: host.control,
-        tables: &table_names,
-    };
-    run.until_done(&mut batcher, config)?;
+    // Each commit runs on a thread of the scope while the loop reads and
+    // batches what comes next (see `Run`).
+    std::thread::scope(|scope| {
+        let mut run = Run {
+            scope,
+            parts: Some((&mut core, &mut shell)),
+            in_flight: None,
+            read_since: None,
+            transactions: 0,
+            changes: 0,
+            source: source.as_mut(),
+            control: host.control,
+            tables: &table_names,
+        };
+        let done = run.until_done(&mut batcher, config);
+        // Whatever happened, the last commit ends before the run does.
+        let settled = run.settle();
+        done.and(settled).map(|()| (run.transactions, run.changes))
+    })
+    .map(|(transactions, changes)| {
+        shell.report.transactions = transactions;
+        shell.report.changes = changes;
+    })?;
     shell.report.checkpoint = core.checkpoint().map(ToString::to_string);
     Ok(shell.report)
 }
@@ -206,17 +221,84 @@ fn leave_out_optional_sinks_behind(
     Ok(core.resume_without(&disabled))
 }
 
+/// A commit running on a thread of its own, with the core and shell it
+/// borrowed, and when the oldest change it commits was read.
+struct InFlight<'scope, 'a> {
+    handle: std::thread::ScopedJoinHandle<'scope, Committed<'a>>,
+    read_since: Option<Instant>,
+}
+
+/// What a commit's thread hands back.
+type Committed<'a> = (Result<(), RunError>, &'a mut Core, &'a mut Shell);
+
 /// The loop of one run: the source feeds the batcher, every flush goes
 /// through the core, and what the core checkpoints is acknowledged.
-struct Run<'a> {
-    core: &'a mut Core,
-    shell: &'a mut Shell,
+///
+/// A flush is committed on a thread of its own while the loop goes on
+/// reading the source and batching the next one: the source is no longer
+/// idle while a batch is encoded, written into the sinks and committed.
+/// One commit is in flight at a time, and nothing moves past it: the next
+/// flush, a swap, a pause or a stop first waits for it ([`Run::settle`]),
+/// and the source is acknowledged only for what a finished commit
+/// checkpointed. While it runs, the commit holds the core and the shell.
+struct Run<'scope, 'a> {
+    scope: &'scope std::thread::Scope<'scope, 'a>,
+    /// The core and the shell, when no commit holds them.
+    parts: Option<(&'a mut Core, &'a mut Shell)>,
+    in_flight: Option<InFlight<'scope, 'a>>,
+    /// When the oldest change read and not yet handed to a commit was read.
+    read_since: Option<Instant>,
+    /// Counted as read, written into the report when the shell is back.
+    transactions: u64,
+    changes: u64,
     source: &'a mut dyn Source,
     control: &'a Arc<Control>,
     tables: &'a [String],
 }
 
-impl Run<'_> {
+impl<'scope, 'a> Run<'scope, 'a> {
+    /// Waits for the commit in flight, if any; takes the core and the shell
+    /// back, acknowledges what it checkpointed and shows where the run
+    /// stands. Its error, if it failed, is the run's.
+    fn settle(&mut self) -> Result<(), RunError> {
+        let Some(in_flight) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let (result, core, shell) = in_flight
+            .handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let outcome = result.and_then(|()| {
+            if let Some(position) = shell.take_checkpoint() {
+                self.source.acknowledge(&position)?;
+                crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
+            }
+            if let Some(since) = in_flight.read_since {
+                shell.note_pending_since(since);
+            }
+            shell.report.transactions = self.transactions;
+            shell.report.changes = self.changes;
+            shell.publish(core, self.tables, self.control, self.source.lag_bytes());
+            Ok(())
+        });
+        self.parts = Some((core, shell));
+        outcome?;
+        if self.control.swap_waiting() {
+            // Its batch committed: the swap costs only its own pause.
+            self.swaps(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// The core and the shell; only between commits.
+    fn parts(&mut self) -> (&mut Core, &mut Shell) {
+        let (core, shell) = self
+            .parts
+            .as_mut()
+            .expect("the core and shell are back: no commit is in flight");
+        (core, shell)
+    }
+
     fn until_done(
         &mut self,
         batcher: &mut Batcher,
@@ -231,8 +313,18 @@ impl Run<'_> {
             if self.control.wants_boundary() && self.at_boundary(batcher)? == Boundary::Stop {
                 return Ok(());
             }
+            if self
+                .in_flight
+                .as_ref()
+                .is_some_and(|c| c.handle.is_finished())
+            {
+                // Acknowledged and shown now, not at the next flush.
+                self.settle()?;
+            }
             if self.control.swap_waiting() && batcher.buffered_changes() == 0 {
-                // Nothing in flight: this is a commit boundary already.
+                // Nothing buffered: once the commit in flight is done, this
+                // is a commit boundary.
+                self.settle()?;
                 self.swaps(Instant::now());
             }
             match self.source.next_transaction()? {
@@ -241,13 +333,13 @@ impl Run<'_> {
                     if !tx.changes.is_empty() {
                         let commit = tx.end.as_stream().map(|(commit, _)| commit);
                         if commit.is_none() || commit != counted_commit {
-                            self.shell.report.transactions += 1;
+                            self.transactions += 1;
                         }
                         counted_commit = commit;
                     }
-                    self.shell.report.changes += tx.changes.len() as u64;
+                    self.changes += tx.changes.len() as u64;
                     if !tx.changes.is_empty() {
-                        self.shell.note_pending();
+                        self.read_since.get_or_insert_with(Instant::now);
                     }
                     for flush in batcher.push(tx)? {
                         self.flush(Some(flush))?;
@@ -276,27 +368,31 @@ impl Run<'_> {
         }
     }
 
-    /// Commits a flush, then tells the source what every required sink now
-    /// holds durably.
+    /// Starts committing a flush, once the commit before it is done (and
+    /// the source told what every required sink then held durably).
     fn flush(&mut self, flush: Option<Flush>) -> Result<(), RunError> {
         let Some(flush) = flush else {
             return Ok(());
         };
-        self.shell.commit(self.core, flush)?;
-        if let Some(position) = self.shell.take_checkpoint() {
-            self.source.acknowledge(&position)?;
-            crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
-        }
-        self.shell.publish(
-            self.core,
-            self.tables,
-            self.control,
-            self.source.lag_bytes(),
-        );
-        if self.control.swap_waiting() {
-            // Its batch committed: the swap costs only its own pause.
-            self.swaps(Instant::now());
-        }
+        self.settle()?;
+        let (core, shell) = self
+            .parts
+            .take()
+            .expect("the core and shell are back: the commit before was settled");
+        // The commit logs under the run's span (`weir serve` names the
+        // tenant and pipeline there), as it did on the run's own thread.
+        let span = tracing::Span::current();
+        let handle = std::thread::Builder::new()
+            .name("weir-commit".into())
+            .spawn_scoped(self.scope, move || {
+                let result = span.in_scope(|| shell.commit(core, flush));
+                (result, core, shell)
+            })
+            .map_err(|e| RunError::Setup(format!("cannot start a commit's thread: {e}")))?;
+        self.in_flight = Some(InFlight {
+            handle,
+            read_since: self.read_since.take(),
+        });
         Ok(())
     }
 
@@ -313,6 +409,7 @@ impl Run<'_> {
     fn at_boundary(&mut self, batcher: &mut Batcher) -> Result<Boundary, RunError> {
         let mut noticed = Instant::now();
         self.flush(batcher.flush(false))?;
+        self.settle()?;
         let mut paused = false;
         loop {
             if self.control.stopping() {
@@ -344,13 +441,14 @@ impl Run<'_> {
     /// not; the old worker stays in place when the new one is refused.
     fn swap(&mut self, request: SwapRequest, noticed: Instant) {
         let sink = request.sink.clone();
-        let answer = self
-            .shell
-            .swap(self.core, self.tables, &sink, request.worker)
+        let tables = self.tables;
+        let (core, shell) = self.parts();
+        let answer = shell
+            .swap(core, tables, &sink, request.worker)
             .map(|()| SwapDone {
                 sink: sink.clone(),
                 pause_ms: noticed.elapsed().as_secs_f64() * 1000.0,
-                at: self.core.checkpoint().map(ToString::to_string),
+                at: core.checkpoint().map(ToString::to_string),
             });
         match &answer {
             Ok(done) => {

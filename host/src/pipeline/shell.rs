@@ -124,9 +124,10 @@ impl Shell {
         Ok(())
     }
 
-    /// Notes that changes were read and wait to be committed (for the lag).
-    pub(super) fn note_pending(&mut self) {
-        self.oldest_pending.get_or_insert_with(Instant::now);
+    /// Notes when the oldest change of the commit just made was read (for
+    /// the lag the next `publish` shows).
+    pub(super) fn note_pending_since(&mut self, since: Instant) {
+        self.oldest_pending = Some(since);
     }
 
     /// Shows where the run stands: in its live status and its metrics.
