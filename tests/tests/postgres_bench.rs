@@ -749,12 +749,13 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
         recv_secs,
         peek_secs,
     );
-    // The server's own client, which does nothing with what it receives,
-    // shows how fast the walsender sends at all: streaming cannot be much
-    // faster than that, however little the client does.
+    // The server's own client, which does nothing with what it receives.
+    // Its walsender's cost per message falls when the client reads less
+    // often (fewer, fuller writes, fewer wake-ups), so this ratio moves
+    // with the machine's load: it is a reference, not a ceiling.
     println!(
-        "pg_recvlogical, which only writes the stream to /dev/null, reaches {:.2} x server decode: \
-         as fast as this walsender sends to a client that does nothing",
+        "pg_recvlogical, which only writes the stream to /dev/null, reaches {:.2} x server decode \
+         in this run (its walsender works less when its client reads less often)",
         peek_secs / recv_secs
     );
 }
