@@ -25,7 +25,10 @@
 //!   (`pg_logical_slot_peek_binary_changes`) and `pg_recvlogical`, both on a
 //!   twin slot made with weir's; then weir into the Iceberg sink
 //!   (plugins/iceberg, upsert into a local warehouse) from a slot of its own
-//!   on the same backlog, as a ratio to the null sink;
+//!   on the same backlog, as a ratio to the null sink; then weir into a
+//!   sink whose every commit waits 20 ms (the stall fixture), against the
+//!   null sink's wall time and the waits' sum: what the run loop hides of
+//!   a slow commit by reading on while it runs;
 //! - backfilling the same table into the null sink, against
 //!   `psql \copy (SELECT * FROM bench) TO '/dev/null'`;
 //! - the peak RSS of the weir process streaming one large transaction into
@@ -43,7 +46,7 @@
 //! lines show it. `pg_recvlogical`, the peek and `\copy` include their own
 //! (small) connection time. Every weir run must report exactly the rows it
 //! was given, and the peek at least a message per row, or the benchmark
-//! fails. It needs 3 free replication slots; `WEIR_PG_DIR` and
+//! fails. It needs 4 free replication slots; `WEIR_PG_DIR` and
 //! `WEIR_PG_PORT` give it a cluster of its own (see scripts/pg).
 
 mod common;
@@ -79,6 +82,8 @@ struct WeirRun {
     peak_rss_mb: f64,
     /// The changes the run's report says went through the pipeline.
     changes: u64,
+    /// The table batches the run committed.
+    batches: u64,
 }
 
 /// Runs `weir run --json` on `pipeline` until its source is caught up, with
@@ -120,6 +125,7 @@ fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
         cpu_secs: usage.cpu_secs,
         peak_rss_mb: usage.peak_rss_mb,
         changes,
+        batches: report["batches_committed"].as_u64().unwrap_or(0),
     }
 }
 
@@ -338,6 +344,8 @@ struct Line {
 /// How many zero-row runs time a start-up: one is noisy (the machine is
 /// shared), the median of three less so.
 const STARTUP_RUNS: usize = 3;
+/// How long each commit of the slow sink (the stall fixture) waits.
+const COMMIT_WAIT_MS: u64 = 20;
 
 /// The run of median time among `runs`, after printing them all.
 fn median(what: &str, mut runs: Vec<WeirRun>) -> WeirRun {
@@ -371,7 +379,8 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
     let pg = cluster();
     let dsn = pg.fresh_db(DB);
     let _slots = SlotsDropped(&pg, DB);
-    // Three slots at once: weir's two (null, Iceberg) and the twin.
+    // Four slots at once: weir's three (null, Iceberg, slow commits) and
+    // the twin.
     let free_slots: i64 = pg
         .value(
             DB,
@@ -380,8 +389,8 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
         .parse()
         .expect("a slot count");
     assert!(
-        free_slots >= 3,
-        "the benchmark needs 3 free replication slots, the cluster has {free_slots}: drop stale ones \
+        free_slots >= 4,
+        "the benchmark needs 4 free replication slots, the cluster has {free_slots}: drop stale ones \
          (pg_replication_slots), or run it on a cluster of its own (WEIR_PG_DIR=/tmp/weir-pg-bench WEIR_PG_PORT=<port>)"
     );
     pg.sql(
@@ -396,11 +405,12 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
     let work = tempfile::tempdir().unwrap();
     let null_plugin = common::plugin("weir-null-sink");
     let iceberg_plugin = common::plugin("weir-iceberg-sink");
+    let stall_plugin = common::plugin("weir-fixture-stall");
 
     // Compilation, outside every timing: both plugins into one cache that
     // every run below shares.
     let cache = work.path().join("component-cache");
-    for plugin in [&null_plugin, &iceberg_plugin] {
+    for plugin in [&null_plugin, &iceberg_plugin, &stall_plugin] {
         compile_into(&cache, plugin);
     }
 
@@ -435,10 +445,23 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
         ),
     );
 
+    // A sink whose every commit waits, as a commit to an object store does:
+    // what the run loop hides of it by reading on while a commit runs.
+    let stream_slow = pipeline(
+        &new_dir("stream-slow-commit"),
+        &dsn,
+        PUBLICATION,
+        "bench_slow",
+        &stall_plugin,
+        &format!(
+            "    blob_store: {{ url: \"memory://\" }}\n    config: {{ mode: sleep-in-commit, sleep_ms: \"{COMMIT_WAIT_MS}\" }}\n"
+        ),
+    );
+
     // First runs: create each slot at the empty table and commit a position,
     // so the next run streams. The runs after it stream zero rows: their
     // time is a streaming run's start-up.
-    for p in [&stream_null, &stream_iceberg] {
+    for p in [&stream_null, &stream_iceberg, &stream_slow] {
         let first = run_weir(p, &cache);
         assert_eq!(
             first.changes,
@@ -505,6 +528,13 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
         without_startup(&iceberg_run, &iceberg_startup)
     );
     assert_eq!(iceberg_run.changes, rows, "weir streamed into Iceberg");
+    let slow_run = run_weir(&stream_slow, &cache);
+    println!(
+        "weir streaming into a sink whose commits wait {COMMIT_WAIT_MS} ms: {:.2} s wall, \
+         {} commits",
+        slow_run.secs, slow_run.batches
+    );
+    assert_eq!(slow_run.changes, rows, "weir streamed into the slow sink");
     let mut peek_messages = String::new();
     let peek_secs = timed(
         "server decode (peek on the twin slot, which it leaves where it was)",
@@ -556,7 +586,7 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
         "pg_recvlogical: the walsender used {}",
         cpu_text(recv_walsender)
     );
-    for slot in ["bench_twin", "bench_iceberg"] {
+    for slot in ["bench_twin", "bench_iceberg", "bench_slow"] {
         pg.sql(DB, &format!("SELECT pg_drop_replication_slot('{slot}');"));
     }
 
@@ -612,6 +642,9 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
     let null_secs = without_startup(&null_run, &null_startup);
     let iceberg_secs = without_startup(&iceberg_run, &iceberg_startup);
     let backfill_secs = without_startup(&backfill_run, &backfill_startup);
+    // What the slow sink's commits wait in all: a loop that stopped reading
+    // while it committed would take the null sink's time plus this.
+    let waits_secs = slow_run.batches as f64 * COMMIT_WAIT_MS as f64 / 1000.0;
     let rate = |rows: u64, secs: f64| rows as f64 / secs;
     // weir's rate over the other's, without weir's start-up and (in
     // brackets) with it, since the start-up is noisy on a shared machine.
@@ -657,6 +690,18 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
                 "{:.2} x the null sink ({:.2} wall)",
                 null_secs / iceberg_secs,
                 null_run.secs / iceberg_run.secs
+            ),
+        },
+        Line {
+            what: format!("weir stream -> commits wait {COMMIT_WAIT_MS} ms"),
+            includes: "start-up yes, compile no",
+            wall: slow_run.secs,
+            secs: slow_run.secs,
+            rows,
+            ratio: format!(
+                "{:.2} x the null sink's wall; waits alone {:.2} s",
+                null_run.secs / slow_run.secs,
+                waits_secs
             ),
         },
         Line {
