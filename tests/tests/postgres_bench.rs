@@ -125,7 +125,9 @@ fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
         cpu_secs: usage.cpu_secs,
         peak_rss_mb: usage.peak_rss_mb,
         changes,
-        batches: report["batches_committed"].as_u64().unwrap_or(0),
+        batches: report["batches_committed"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no `batches_committed` in the run report: {report}")),
     }
 }
 
@@ -407,7 +409,7 @@ fn streaming_backfill_and_memory_against_postgres_own_tools() {
     let iceberg_plugin = common::plugin("weir-iceberg-sink");
     let stall_plugin = common::plugin("weir-fixture-stall");
 
-    // Compilation, outside every timing: both plugins into one cache that
+    // Compilation, outside every timing: every plugin into one cache that
     // every run below shares.
     let cache = work.path().join("component-cache");
     for plugin in [&null_plugin, &iceberg_plugin, &stall_plugin] {

@@ -136,7 +136,7 @@ pub fn run(
     source.resume_after(resumed_after.as_ref())?;
     shell.report.epoch = core.epoch();
     shell.report.resumed_after = resumed_after.as_ref().map(ToString::to_string);
-    shell.publish(&core, &table_names, host.control, None);
+    shell.publish(&core, &table_names, host.control, None, None);
     host.control.mark_recovered();
 
     let mut batcher = setup::batcher(config, &tables, shell.descriptions());
@@ -273,12 +273,15 @@ impl<'scope, 'a> Run<'scope, 'a> {
                 self.source.acknowledge(&position)?;
                 crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
             }
-            if let Some(since) = in_flight.read_since {
-                shell.note_pending_since(since);
-            }
             shell.report.transactions = self.transactions;
             shell.report.changes = self.changes;
-            shell.publish(core, self.tables, self.control, self.source.lag_bytes());
+            shell.publish(
+                core,
+                self.tables,
+                self.control,
+                self.source.lag_bytes(),
+                in_flight.read_since,
+            );
             Ok(())
         });
         self.parts = Some((core, shell));

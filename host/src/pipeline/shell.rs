@@ -40,8 +40,6 @@ pub(super) struct Shell {
     pub(super) report: RunReport,
     metrics: PipelineMetrics,
     sink_metrics: Vec<SinkMetrics>,
-    /// When the oldest change not yet committed was read.
-    oldest_pending: Option<Instant>,
 }
 
 impl Shell {
@@ -56,7 +54,6 @@ impl Shell {
         Shell {
             sink_metrics: sinks.specs.iter().map(|s| metrics.sink(&s.name)).collect(),
             metrics,
-            oldest_pending: None,
             pipeline: pipeline.to_string(),
             sink_names: sinks.specs.iter().map(|s| s.name.clone()).collect(),
             sinks: sinks.workers,
@@ -124,24 +121,18 @@ impl Shell {
         Ok(())
     }
 
-    /// Notes when the oldest change of the commit just made was read (for
-    /// the lag the next `publish` shows).
-    pub(super) fn note_pending_since(&mut self, since: Instant) {
-        self.oldest_pending = Some(since);
-    }
-
     /// Shows where the run stands: in its live status and its metrics.
+    /// `read_since`: when the oldest change of the commit just made was
+    /// read (how far the sinks lag the source, in time).
     pub(super) fn publish(
         &mut self,
         core: &Core,
         tables: &[String],
         control: &Control,
         lag_bytes: Option<u64>,
+        read_since: Option<Instant>,
     ) {
-        let lag_seconds = self
-            .oldest_pending
-            .take()
-            .map_or(0.0, |since| since.elapsed().as_secs_f64());
+        let lag_seconds = read_since.map_or(0.0, |since| since.elapsed().as_secs_f64());
         self.metrics.source_lag(lag_bytes, Some(lag_seconds));
         let report = &self.report;
         control.update_live(|live| {
