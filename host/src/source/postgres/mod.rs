@@ -16,6 +16,7 @@ pub mod decode;
 mod decoder;
 mod keys;
 mod pgoutput;
+mod reader;
 mod session;
 mod setup;
 mod stream;
@@ -31,6 +32,7 @@ use super::{Source, SourceError};
 use crate::change::{TableSchema, Transaction};
 use crate::position::Position;
 use backfill::Backfill;
+use reader::ReaderThread;
 use session::Session;
 use setup::SchemaFile;
 use stream::Stream;
@@ -48,6 +50,8 @@ pub struct PostgresSource {
 struct Context {
     config: PostgresConfig,
     session: Session,
+    /// Where the replication client runs (dropped after it).
+    reader: ReaderThread,
     tables: Tables,
     schema_file: SchemaFile,
     emitted: Emitted,
@@ -108,6 +112,7 @@ impl PostgresSource {
             cx: Context {
                 config,
                 session,
+                reader: ReaderThread::start()?,
                 tables,
                 schema_file,
                 emitted: Emitted::default(),

@@ -88,11 +88,6 @@ impl Session {
         self.client.as_ref().is_none_or(|c| c.is_closed())
     }
 
-    /// Runs a future of the replication client on the source's runtime.
-    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.rt.block_on(future)
-    }
-
     /// Runs `f` on the query connection, reconnecting (within the reconnect
     /// timeout) when the connection is lost or the server is restarting.
     pub fn query<T>(

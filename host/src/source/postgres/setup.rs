@@ -797,7 +797,7 @@ fn create_slot(cx: &mut Context) -> Result<(ReplicationClient, u64, Option<Strin
         ident(slot)
     );
     let (client, rows) = cx
-        .session
+        .reader
         .block_on(async {
             let mut client = ReplicationClient::connect_gated(cfg).await?;
             let rows = client.simple_query(&sql).await?;

@@ -116,7 +116,7 @@ impl Stream {
         let Some(mut gated) = self.gated.take() else {
             return;
         };
-        let started = cx.session.block_on(async {
+        let started = cx.reader.block_on(async {
             gated.start().await?;
             gated.wait_started().await?;
             Ok::<_, PgWireError>(gated)
@@ -211,7 +211,7 @@ impl Stream {
             std::thread::sleep(wait.min(Duration::from_secs(5)));
         }
         if let Some(mut client) = self.client.take() {
-            let _ = cx.session.block_on(async {
+            let _ = cx.reader.block_on(async {
                 tokio::time::timeout(Duration::from_secs(2), client.shutdown()).await
             });
         }
@@ -255,7 +255,7 @@ impl Stream {
             check_slot_and_publication(&mut cx.session, &cx.config, &cx.emitted)
                 .map_err(ConnectError::Setup)?;
             let cfg = replication_config(cx.session.dsn(), &cx.config, acked);
-            cx.session
+            cx.reader
                 .block_on(async {
                     let mut client = ReplicationClient::connect(cfg).await?;
                     client.wait_started().await?;
@@ -320,7 +320,8 @@ impl Stream {
                 drain(inbox, client);
             }
             if inbox.is_empty() {
-                cx.session.block_on(async {
+                cx.reader.set_flowing(false);
+                cx.reader.block_on(async {
                     if let Ok(first) = tokio::time::timeout(wait, client.recv()).await {
                         inbox.push_back(received(first));
                     }
@@ -328,6 +329,7 @@ impl Stream {
                 drain(inbox, client);
             }
             self.flowing = !inbox.is_empty();
+            cx.reader.set_flowing(self.flowing);
         }
         match self.inbox.pop_front() {
             None => Ok(None),
