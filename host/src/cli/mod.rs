@@ -299,9 +299,10 @@ async fn stop_on_signals(stop: Arc<AtomicBool>) {
     }
 }
 
-/// The one tokio runtime of the process: it carries the blob stores', the
-/// source's and the signal handler's I/O, while sink threads and the
-/// pipeline block on it from outside.
+/// The process's shared tokio runtime: it carries the blob stores', the
+/// source's queries and the signal handler's I/O, while sink threads and
+/// the pipeline block on it from outside. (A Postgres source's replication
+/// stream is read on a runtime of its own, see `source::postgres::reader`.)
 fn io_runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

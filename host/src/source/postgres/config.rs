@@ -143,7 +143,8 @@ pub struct PostgresSettings {
     /// The pipeline's state directory, where the source keeps the shapes of
     /// the tables it streamed (to catch DDL done while weir was stopped).
     pub state_dir: PathBuf,
-    /// The process's I/O runtime, which the source's async clients run on.
+    /// The process's I/O runtime, which the source's query connection runs
+    /// on (its replication client has a thread of its own).
     pub io: tokio::runtime::Handle,
 }
 

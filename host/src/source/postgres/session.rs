@@ -1,5 +1,5 @@
 //! The source's ordinary (non-replication) connection, and the handle of
-//! the runtime its async clients run on (the process's one I/O runtime): catalog reads, backfill `COPY`, TOAST look-ups,
+//! the runtime it runs on (the process's shared I/O runtime): catalog reads, backfill `COPY`, TOAST look-ups,
 //! heartbeats. A lost connection is reopened and the call retried until
 //! the reconnect timeout.
 
