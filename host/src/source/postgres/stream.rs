@@ -73,6 +73,9 @@ pub(super) struct Stream {
     acked_at: Option<Instant>,
     /// When the stream last carried something (for heartbeats).
     last_event: Instant,
+    /// Whether the events taken since `last_event` was set carried a
+    /// transaction (it is set from this once they are decoded).
+    carried: bool,
     /// Since when look-ups on the query connection (TOAST values, added
     /// columns) have found the server away, without one getting through.
     lookups_failing_since: Option<Instant>,
@@ -93,6 +96,7 @@ impl Stream {
             acked: 0,
             acked_at: None,
             last_event: Instant::now(),
+            carried: false,
             lookups_failing_since: None,
         }
     }
@@ -148,15 +152,25 @@ impl Stream {
                 self.done = true;
                 return Ok(self.idle_tx(&mut cx.emitted));
             }
-            self.heartbeat_if_quiet(cx);
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                match self.idle_tx(&mut cx.emitted) {
-                    Some(tx) => return Ok(Some(tx)),
-                    // No position to stand at yet: wait on.
-                    None => {
-                        deadline = Instant::now() + IDLE_WAIT;
-                        continue;
+            // The clock is read between the batches of events taken from
+            // the client, not for every event: a busy stream carries
+            // hundreds of thousands a second.
+            let mut left = Duration::ZERO;
+            if self.inbox.is_empty() {
+                if self.carried {
+                    self.last_event = Instant::now();
+                    self.carried = false;
+                }
+                self.heartbeat_if_quiet(cx);
+                left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    match self.idle_tx(&mut cx.emitted) {
+                        Some(tx) => return Ok(Some(tx)),
+                        // No position to stand at yet: wait on.
+                        None => {
+                            deadline = Instant::now() + IDLE_WAIT;
+                            continue;
+                        }
                     }
                 }
             }
@@ -375,7 +389,7 @@ impl Stream {
                 commit_time_micros,
                 ..
             } => {
-                self.last_event = Instant::now();
+                self.carried = true;
                 self.decoder.begin(final_lsn.as_u64(), commit_time_micros);
             }
             ReplicationEvent::XLogData { data, .. } => {
@@ -390,7 +404,7 @@ impl Stream {
                 }
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
-                self.last_event = Instant::now();
+                self.carried = true;
                 self.reached = self.reached.max(end_lsn.as_u64());
                 return self.on_commit(cx);
             }
