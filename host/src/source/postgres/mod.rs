@@ -106,13 +106,14 @@ impl PostgresSource {
         let recorded = schema_file.read();
         let tables = setup::load_tables(&mut session, &config, &append_tables, &recorded)?;
         schema_file.check(&recorded, &tables)?;
+        let reader = ReaderThread::start(reader::paces(session.dsn()))?;
         Ok(PostgresSource {
             backfill: None,
             stream: Stream::new(&config.publication),
             cx: Context {
                 config,
                 session,
-                reader: ReaderThread::start()?,
+                reader,
                 tables,
                 schema_file,
                 emitted: Emitted::default(),
