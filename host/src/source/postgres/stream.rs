@@ -3,8 +3,8 @@
 //! while nothing arrives, and the acknowledgement that lets the server
 //! release WAL.
 //!
-//! The replication client reads the socket on its own thread (`reader`), into a
-//! bounded queue of events, and answers the server (standby status
+//! The replication client reads the socket on its own thread (`reader`),
+//! into a bounded queue of events, and answers the server (standby status
 //! updates every `status_interval`) from there, also while the queue is
 //! full because the pipeline is busy committing: the server never times
 //! the session out, and the reader never runs further ahead than the queue.
