@@ -1,7 +1,7 @@
 //! The source's ordinary (non-replication) connection, and the handle of
 //! the runtime it runs on (the process's shared I/O runtime): catalog
-//! reads, backfill `COPY`, TOAST look-ups, heartbeats. A lost connection is reopened and the call retried until
-//! the reconnect timeout.
+//! reads, backfill `COPY`, TOAST look-ups, heartbeats. A lost connection
+//! is reopened and the call retried until the reconnect timeout.
 
 use std::future::Future;
 use std::pin::Pin;
