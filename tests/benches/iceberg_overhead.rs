@@ -8,7 +8,6 @@
 //! `cargo bench -p weir-tests --bench iceberg_overhead` (after scripts/build-plugins).
 //! `ICEBERG_BENCH_CHANGES` sets the workload size (default 200000).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use weir::runtime::Limits;
@@ -16,7 +15,7 @@ use weir::runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;
-use support::{Best, InProcess, components_dir, prepare};
+use support::{Best, InProcess, components_dir, prepare, scratch_dir};
 
 /// `total-records` of a table's current snapshot, from its newest metadata.
 fn total_records(table: &std::path::Path) -> u64 {
@@ -59,20 +58,7 @@ fn main() {
         std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0)
     );
 
-    // The native blob store fsyncs every object, the host's local store does
-    // not; on tmpfs (where fsync costs nothing) the two compare the code,
-    // not the disk. ICEBERG_BENCH_DIR picks another folder.
-    let base = std::env::var_os("ICEBERG_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let shm = PathBuf::from("/dev/shm");
-            if shm.is_dir() {
-                shm
-            } else {
-                std::env::temp_dir()
-            }
-        });
-    let scratch = tempfile::tempdir_in(&base).unwrap();
+    let scratch = scratch_dir();
     println!("scratch folder {}", scratch.path().display());
     let host = InProcess::new(scratch.path());
     let started = Instant::now();

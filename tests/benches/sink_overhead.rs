@@ -13,7 +13,7 @@ use weir::runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;
-use support::{Best, InProcess, components_dir, prepare};
+use support::{Best, InProcess, components_dir, prepare, scratch_dir};
 
 /// Rounds of each side; the best of them counts.
 const ROUNDS: usize = 5;
@@ -26,7 +26,7 @@ fn main() {
         batches.len()
     );
 
-    let scratch = tempfile::tempdir().unwrap();
+    let scratch = scratch_dir();
     let host = InProcess::new(scratch.path());
     let loaded = host.load(&wasm, &Default::default());
     let limits = Limits {

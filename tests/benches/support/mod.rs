@@ -19,6 +19,25 @@ pub fn components_dir() -> std::path::PathBuf {
         .join("wasm32-wasip2/release")
 }
 
+/// A scratch folder for a benchmark's blob stores: on tmpfs (`/dev/shm`)
+/// where there is one, so that the two sides compare code, not the disk:
+/// both blob stores fsync every object, and on a shared disk the fsyncs'
+/// time swings by more than the difference measured. `WEIR_BENCH_DIR` picks
+/// another folder.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let base = std::env::var_os("WEIR_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let shm = std::path::PathBuf::from("/dev/shm");
+            if shm.is_dir() {
+                shm
+            } else {
+                std::env::temp_dir()
+            }
+        });
+    tempfile::tempdir_in(&base).unwrap()
+}
+
 pub struct Prepared {
     pub header: BatchHeader,
     pub ipc: Vec<u8>,
