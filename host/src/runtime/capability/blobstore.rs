@@ -436,16 +436,25 @@ impl BlobScope {
         let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
         let before = self.stored_bytes(&mut stored)?;
         let removed = self.size_of(path, &location)?;
-        match self.block(self.store.delete(&location)) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {
-                *stored = Some(before.saturating_sub(removed));
-                if let Some(tenant) = &self.tenant {
-                    tenant.release_storage(removed);
+        // A local root on the calling thread, as `read_local` says why.
+        let deleted = match &self.local_root {
+            Some(root) => match std::fs::remove_file(root.join(path)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(BlobError::Io(format!("{path}: {e}")))
                 }
-                Ok(())
-            }
-            Err(e) => Err(self.map_error(path, e)),
+                _ => Ok(()),
+            },
+            None => match self.block(self.store.delete(&location)) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(self.map_error(path, e)),
+            },
+        };
+        deleted?;
+        *stored = Some(before.saturating_sub(removed));
+        if let Some(tenant) = &self.tenant {
+            tenant.release_storage(removed);
         }
+        Ok(())
     }
 
     /// The bytes the root holds, counted once (at the first write) by
