@@ -251,7 +251,16 @@ fn config(pooling: bool) -> Config {
     // On by default in wasmtime 48, and it makes every component call
     // several times slower; sinks are called synchronously.
     config.concurrency_support(false);
+    // Bounds every call in time (instance.rs). The check it compiles into
+    // every loop and function entry costs compute-heavy guests: without it
+    // the Parquet sink ran at 1.21x its native time instead of 1.40x
+    // (sink_overhead, on tmpfs). It is the price of a host no plugin can
+    // hang; fuel, the other way, costs more.
     config.epoch_interruption(true);
+    // The 64x64->128-bit multiply hashing is built on (the Rust sinks are
+    // built to use it: .cargo/config.toml); without it a guest emulates
+    // the multiply in several, and the Parquet sink loses 5% of its speed.
+    config.wasm_wide_arithmetic(true);
     // For sink authors measuring their plugin: `perf` then names the
     // plugin's own functions instead of bare addresses.
     if std::env::var_os("WEIR_PERF_MAP").is_some_and(|v| v == "1") {
