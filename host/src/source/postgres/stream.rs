@@ -214,15 +214,26 @@ impl Stream {
         }
     }
 
-    /// Ends the session, after giving the last acknowledgement time to
-    /// reach the server.
+    /// Ends the session once the last acknowledgement has gone to the
+    /// server: the client sends it with its next status update (within
+    /// `status_interval_ms` of the one before), and the server reads it
+    /// before the end of the stream that follows on the same connection.
     pub fn shutdown(&mut self, cx: &Context) {
         if let Some(at) = self.acked_at
-            && self.client.is_some()
+            && let Some(client) = &self.client
         {
-            let due = at + cx.config.status_interval() + Duration::from_millis(200);
-            let wait = due.saturating_duration_since(Instant::now());
-            std::thread::sleep(wait.min(Duration::from_secs(5)));
+            // The client's own timer sends it: let its runtime wait on that
+            // rather than pace.
+            cx.reader.set_flowing(false);
+            let due = (at + cx.config.status_interval() + Duration::from_millis(200))
+                .min(Instant::now() + Duration::from_secs(5));
+            let sent = client.metrics();
+            while sent.last_applied_lsn() < Lsn::from_u64(self.acked)
+                && client.is_running()
+                && Instant::now() < due
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         if let Some(mut client) = self.client.take() {
             let _ = cx.reader.block_on(async {
