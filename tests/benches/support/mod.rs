@@ -24,6 +24,7 @@ pub fn components_dir() -> std::path::PathBuf {
 /// both blob stores fsync every object, and on a shared disk the fsyncs'
 /// time swings by more than the difference measured. `WEIR_BENCH_DIR` picks
 /// another folder.
+#[allow(dead_code)]
 pub fn scratch_dir() -> tempfile::TempDir {
     let base = std::env::var_os("WEIR_BENCH_DIR")
         .map(std::path::PathBuf::from)
