@@ -1,13 +1,12 @@
 //! The blob store capability: object storage confined to the one root the
-//! operator granted a sink, backed by `object_store` (a local folder, memory,
-//! or S3 and friends by URL). Each instance of a sink gets the sink's
+//! operator granted a sink: a local folder (the file system, directly), or
+//! memory or S3 and friends by URL (`object_store`). Each instance of a sink gets the sink's
 //! [`BlobScope`]; the contract's `blobstore` interface calls it.
 
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
@@ -78,11 +77,24 @@ impl BlobLimits {
     }
 }
 
+/// Where a root's objects are.
+enum Backend {
+    /// A folder, by its canonical path (also to refuse links leading out),
+    /// read and written with the file system on the calling thread:
+    /// object_store's local backend hands every call to the runtime's
+    /// blocking pool, two hand-overs between threads each, and a sink
+    /// reading its table's metadata at every commit makes hundreds (a
+    /// fifth of the Iceberg sink's time as a component: `iceberg_overhead`
+    /// 1.40x its native time through object_store, 1.14x without); it also
+    /// renames without fsync.
+    Local(PathBuf),
+    /// Memory, or any store object_store knows by URL.
+    Store(Arc<dyn ObjectStore>),
+}
+
 /// One sink's view of storage: every path is relative to the granted root.
 pub struct BlobScope {
-    store: Arc<dyn ObjectStore>,
-    /// For a local folder, its canonical path, to refuse links leading out.
-    local_root: Option<PathBuf>,
+    backend: Backend,
     description: String,
     runtime: Handle,
     limits: BlobLimits,
@@ -123,9 +135,8 @@ impl BlobScope {
             url: url.to_string(),
             detail,
         };
-        let scope = |store: Arc<dyn ObjectStore>, local_root, description| BlobScope {
-            store,
-            local_root,
+        let scope = |backend, description| BlobScope {
+            backend,
             description,
             runtime: runtime.clone(),
             limits: BlobLimits::defaults(url),
@@ -135,7 +146,8 @@ impl BlobScope {
             faults: None,
         };
         if url == "memory://" || url == "memory:" {
-            return Ok(scope(Arc::new(InMemory::new()), None, "memory://".into()));
+            let store = Backend::Store(Arc::new(InMemory::new()));
+            return Ok(scope(store, "memory://".into()));
         }
         let local = match url.strip_prefix("file://") {
             Some(rest) => Some(PathBuf::from(rest)),
@@ -153,11 +165,8 @@ impl BlobScope {
             let root = path
                 .canonicalize()
                 .map_err(|e| fail(format!("cannot resolve {}: {e}", path.display())))?;
-            let store = LocalFileSystem::new_with_prefix(&root)
-                .map_err(|e| fail(e.to_string()))?
-                .with_automatic_cleanup(true);
             let description = root.display().to_string();
-            return Ok(scope(Arc::new(store), Some(root), description));
+            return Ok(scope(Backend::Local(root), description));
         }
         let parsed = url::Url::parse(url).map_err(|e| fail(format!("not a URL: {e}")))?;
         let (store, prefix) = object_store::parse_url_opts(&parsed, options.iter().cloned())
@@ -167,7 +176,7 @@ impl BlobScope {
         } else {
             Arc::new(PrefixStore::new(store, prefix))
         };
-        Ok(scope(store, None, url.to_string()))
+        Ok(scope(Backend::Store(store), url.to_string()))
     }
 
     /// Replaces the default limits with the operator's.
@@ -213,36 +222,28 @@ impl BlobScope {
     /// Reads up to `length` bytes from `offset`; fewer at the object's end.
     pub fn get_range(&self, path: &str, offset: u64, length: u64) -> Result<Vec<u8>, BlobError> {
         let location = self.check(path)?;
-        if let Some(root) = &self.local_root {
-            return self.read_local(root, path, offset, length);
-        }
+        let store = match &self.backend {
+            Backend::Local(root) => return self.read_local(root, path, offset, length),
+            Backend::Store(store) => store,
+        };
         self.block(async {
-            let size = self.store.head(&location).await?.size;
-            let start = offset.min(size);
-            let end = offset.saturating_add(length).min(size);
-            if start == end {
-                return Ok(Ok(Vec::new()));
-            }
-            if end - start > self.limits.max_read_bytes {
-                return Ok(Err(self.too_big_a_read(path, end - start)));
-            }
+            let size = store.head(&location).await?.size;
+            let (start, end) = match self.read_span(path, offset, length, size) {
+                Ok(Some(span)) => span,
+                Ok(None) => return Ok(Ok(Vec::new())),
+                Err(refused) => return Ok(Err(refused)),
+            };
             let options = GetOptions {
                 range: Some(GetRange::Bounded(start..end)),
                 ..Default::default()
             };
-            let result = self.store.get_opts(&location, options).await?;
+            let result = store.get_opts(&location, options).await?;
             Ok(Ok(result.bytes().await?.to_vec()))
         })
         .map_err(|e| self.map_error(path, e))?
     }
 
-    /// A read of a local root, on the calling thread. object_store's local
-    /// backend reads on the runtime's blocking pool, two hand-overs between
-    /// threads per read (size, then bytes); a sink reading its table's
-    /// metadata at every commit makes hundreds of them: a fifth of the
-    /// Iceberg sink's time as a component (`iceberg_overhead`: 1.40x its
-    /// native time before, 1.14x after). Same answers: a folder is not an
-    /// object.
+    /// A read of a local root: a folder is not an object.
     fn read_local(
         &self,
         root: &FsPath,
@@ -260,28 +261,39 @@ impl BlobScope {
         if meta.is_dir() {
             return Err(BlobError::NotFound(path.to_string()));
         }
-        let size = meta.len();
-        let start = offset.min(size);
-        let end = offset.saturating_add(length).min(size);
-        if start == end {
+        let Some((start, end)) = self.read_span(path, offset, length, meta.len())? else {
             return Ok(Vec::new());
-        }
-        if end - start > self.limits.max_read_bytes {
-            return Err(self.too_big_a_read(path, end - start));
-        }
+        };
         file.seek(SeekFrom::Start(start)).map_err(io)?;
         let mut bytes = vec![0; (end - start) as usize];
         file.read_exact(&mut bytes).map_err(io)?;
         Ok(bytes)
     }
 
-    fn too_big_a_read(&self, path: &str, bytes: u64) -> BlobError {
-        self.refuse(format!(
-            "reading {} of `{path}` is over the largest read of {} \
-             (limits.max_object_mb, and at most limits.memory_mb)",
-            mib(bytes),
-            mib(self.limits.max_read_bytes)
-        ))
+    /// The bytes a read of `length` from `offset` takes of an object of
+    /// `size`, as `(start, end)`; none past its end; refused over the
+    /// largest read.
+    fn read_span(
+        &self,
+        path: &str,
+        offset: u64,
+        length: u64,
+        size: u64,
+    ) -> Result<Option<(u64, u64)>, BlobError> {
+        let start = offset.min(size);
+        let end = offset.saturating_add(length).min(size);
+        if start == end {
+            return Ok(None);
+        }
+        if end - start > self.limits.max_read_bytes {
+            return Err(self.refuse(format!(
+                "reading {} of `{path}` is over the largest read of {} \
+                 (limits.max_object_mb, and at most limits.memory_mb)",
+                mib(end - start),
+                mib(self.limits.max_read_bytes)
+            )));
+        }
+        Ok(Some((start, end)))
     }
 
     /// Writes an object atomically, replacing any object at `path`.
@@ -355,15 +367,16 @@ impl BlobScope {
         data: Vec<u8>,
         mode: PutMode,
     ) -> Result<(), BlobError> {
-        if let Some(root) = &self.local_root {
-            return put_durably(root, path, &data, mode);
-        }
+        let store = match &self.backend {
+            Backend::Local(root) => return put_durably(root, path, &data, mode),
+            Backend::Store(store) => store,
+        };
         self.block(async {
             let options = PutOptions {
                 mode,
                 ..Default::default()
             };
-            self.store
+            store
                 .put_opts(location, PutPayload::from(data), options)
                 .await?;
             Ok(())
@@ -394,23 +407,26 @@ impl BlobScope {
                  list a narrower prefix"
             ))
         };
-        if let Some(root) = &self.local_root {
-            return blob_walk::list(root, folder, prefix, most.saturating_mul(2))
-                .map_err(|e| match e {
-                    WalkError::TooMany => too_many(),
-                    WalkError::Io(e) => BlobError::Io(format!("{prefix}: {e}")),
-                })
-                .and_then(|found| match found.len() > most {
-                    true => Err(too_many()),
-                    false => Ok(found),
-                });
-        }
+        let store = match &self.backend {
+            Backend::Local(root) => {
+                return blob_walk::list(root, folder, prefix, most.saturating_mul(2))
+                    .map_err(|e| match e {
+                        WalkError::TooMany => too_many(),
+                        WalkError::Io(e) => BlobError::Io(format!("{prefix}: {e}")),
+                    })
+                    .and_then(|found| match found.len() > most {
+                        true => Err(too_many()),
+                        false => Ok(found),
+                    });
+            }
+            Backend::Store(store) => store,
+        };
         // Stop reading the listing at the bound, so a huge prefix cannot
         // make the host hold it all.
         let listed = self
             .block(async {
                 let mut found = Vec::new();
-                let mut stream = self.store.list(folder_path.as_ref());
+                let mut stream = store.list(folder_path.as_ref());
                 while let Some(meta) = stream.next().await {
                     let meta = meta?;
                     let path = meta.location.to_string();
@@ -437,15 +453,9 @@ impl BlobScope {
         let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
         let before = self.stored_bytes(&mut stored)?;
         let removed = self.size_of(path, &location)?;
-        // A local root on the calling thread, as `read_local` says why.
-        let deleted = match &self.local_root {
-            Some(root) => match std::fs::remove_file(root.join(path)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(BlobError::Io(format!("{path}: {e}")))
-                }
-                _ => Ok(()),
-            },
-            None => match self.block(self.store.delete(&location)) {
+        let deleted = match &self.backend {
+            Backend::Local(root) => delete_local(root, path),
+            Backend::Store(store) => match self.block(store.delete(&location)) {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(self.map_error(path, e)),
             },
@@ -465,12 +475,12 @@ impl BlobScope {
             return Ok(bytes);
         }
         let io = |e: String| BlobError::Io(format!("counting what the root holds: {e}"));
-        let bytes = match &self.local_root {
-            Some(root) => blob_walk::stored_bytes(root).map_err(|e| io(e.to_string()))?,
-            None => self
+        let bytes = match &self.backend {
+            Backend::Local(root) => blob_walk::stored_bytes(root).map_err(|e| io(e.to_string()))?,
+            Backend::Store(store) => self
                 .block(async {
                     let mut total = 0u64;
-                    let mut stream = self.store.list(None);
+                    let mut stream = store.list(None);
                     while let Some(meta) = stream.next().await {
                         total = total.saturating_add(meta?.size);
                     }
@@ -484,15 +494,18 @@ impl BlobScope {
 
     /// The size of the object at `path`, 0 if there is none.
     fn size_of(&self, path: &str, location: &Path) -> Result<u64, BlobError> {
-        if let Some(root) = &self.local_root {
-            return match std::fs::symlink_metadata(root.join(path)) {
-                Ok(meta) if meta.is_file() => Ok(meta.len()),
-                Ok(_) => Ok(0),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-                Err(e) => Err(BlobError::Io(format!("{path}: {e}"))),
-            };
-        }
-        match self.block(self.store.head(location)) {
+        let store = match &self.backend {
+            Backend::Local(root) => {
+                return match std::fs::symlink_metadata(root.join(path)) {
+                    Ok(meta) if meta.is_file() => Ok(meta.len()),
+                    Ok(_) => Ok(0),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+                    Err(e) => Err(BlobError::Io(format!("{path}: {e}"))),
+                };
+            }
+            Backend::Store(store) => store,
+        };
+        match self.block(store.head(location)) {
             Ok(meta) => Ok(meta.size),
             Err(object_store::Error::NotFound { .. }) => Ok(0),
             Err(e) => Err(self.map_error(path, e)),
@@ -521,7 +534,7 @@ impl BlobScope {
     fn check(&self, path: &str) -> Result<Path, BlobError> {
         let deny = |why: &str| BlobError::Denied(format!("path `{path}` {why}"));
         blob_path::check(path).map_err(deny)?;
-        if let Some(root) = &self.local_root {
+        if let Backend::Local(root) = &self.backend {
             blob_path::check_links(root, path).map_err(deny)?;
         }
         Path::parse(path).map_err(|e| BlobError::Denied(format!("path `{path}`: {e}")))
@@ -577,6 +590,26 @@ fn put_durably(root: &FsPath, path: &str, data: &[u8], mode: PutMode) -> Result<
         .map_err(io)
 }
 
+/// Deletes a local object (a missing one is success), then the folders
+/// that leaves empty, up to the root, as object_store's local backend did.
+fn delete_local(root: &FsPath, path: &str) -> Result<(), BlobError> {
+    let target = root.join(path);
+    match std::fs::remove_file(&target) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(BlobError::Io(format!("{path}: {e}"))),
+        Ok(()) => {}
+    }
+    // A folder that still holds something stays, and ends the walk.
+    let mut folder = target.parent();
+    while let Some(dir) = folder
+        && dir != root
+        && std::fs::remove_dir(dir).is_ok()
+    {
+        folder = dir.parent();
+    }
+    Ok(())
+}
+
 /// Bytes as an operator reads them in a message.
 fn mib(bytes: u64) -> String {
     if bytes >= 1 << 20 {
@@ -606,7 +639,7 @@ impl BlobScope {
         match error {
             object_store::Error::NotFound { .. } => BlobError::NotFound(path.to_string()),
             object_store::Error::AlreadyExists { .. } => BlobError::AlreadyExists(path.to_string()),
-            other if self.local_root.is_none() => {
+            other if matches!(self.backend, Backend::Store(_)) => {
                 BlobError::Io(format!("{} at `{path}`: {other}", self.description))
             }
             other => BlobError::Io(format!("{path}: {other}")),
@@ -657,6 +690,16 @@ mod tests {
         assert!(dir.path().join("root/t/b.bin").exists());
         assert_eq!(s.get("t"), Err(BlobError::NotFound("t".into())), "a folder");
         assert_eq!(s.get_range("t/b.bin", 0, 1).unwrap(), b"x");
+        s.put("t/deep/er/c.bin", b"c".to_vec()).unwrap();
+        s.delete("t/deep/er/c.bin").unwrap();
+        assert!(
+            !dir.path().join("root/t/deep").exists(),
+            "a delete takes the folders it empties"
+        );
+        assert!(
+            dir.path().join("root/t").exists(),
+            "but not one still holding b.bin"
+        );
     }
 
     #[test]
