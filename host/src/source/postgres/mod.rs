@@ -186,7 +186,7 @@ impl Source for PostgresSource {
 
 impl Drop for PostgresSource {
     fn drop(&mut self) {
-        self.stream.shutdown(&self.cx);
+        self.stream.shutdown(&mut self.cx);
     }
 }
 

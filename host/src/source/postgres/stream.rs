@@ -20,7 +20,7 @@ use tokio_postgres::error::SqlState;
 
 use super::catalog;
 use super::decoder::{Decoder, PendingRelation, Piece, PieceLimits};
-use super::session::unavailable;
+use super::session::{Session, unavailable};
 use super::setup::{Start, check_slot_and_publication, replication_config};
 use super::table::added_column;
 use super::toast::fill_unchanged;
@@ -214,11 +214,14 @@ impl Stream {
         }
     }
 
-    /// Ends the session once the last acknowledgement has gone to the
-    /// server: the client sends it with its next status update (within
-    /// `status_interval_ms` of the one before), and the server reads it
-    /// before the end of the stream that follows on the same connection.
-    pub fn shutdown(&mut self, cx: &Context) {
+    /// Ends the session once the server has the last acknowledgement: the
+    /// client sends it with its next status update (within
+    /// `status_interval_ms` of the one before), and the slot's confirmed
+    /// position shows the server has read it. Sent is not enough: the
+    /// client closes its socket right after, and a close with the server's
+    /// messages still unread resets the connection, which can discard the
+    /// update before the server reads it.
+    pub fn shutdown(&mut self, cx: &mut Context) {
         if let Some(at) = self.acked_at
             && let Some(client) = &self.client
         {
@@ -228,10 +231,25 @@ impl Stream {
             let due = (at + cx.config.status_interval() + Duration::from_millis(200))
                 .min(Instant::now() + Duration::from_secs(5));
             let sent = client.metrics();
-            while sent.last_applied_lsn() < Lsn::from_u64(self.acked)
-                && client.is_running()
-                && Instant::now() < due
-            {
+            let slot = cx.config.slot.clone();
+            let server_has = |session: &mut Session| {
+                session.without_waiting(|session| {
+                    session.query("reading the slot's confirmed position", |c| {
+                        let slot = slot.clone();
+                        Box::pin(async move { catalog::slot(c, &slot).await })
+                    })
+                })
+            };
+            while client.is_running() && Instant::now() < due {
+                if sent.last_applied_lsn() >= Lsn::from_u64(self.acked) {
+                    match server_has(&mut cx.session) {
+                        Ok(Some(info)) if info.confirmed_flush >= Some(self.acked) => break,
+                        Ok(_) => {}
+                        // A server that is away has the update or not; the
+                        // deadline bounds the wait either way.
+                        Err(_) => break,
+                    }
+                }
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
