@@ -94,7 +94,9 @@ pub struct Change {
     pub pos: Position,
     /// Commit time of the source transaction, microseconds since the epoch.
     pub commit_ts_micros: i64,
-    /// True for rows read by a snapshot rather than streamed.
+    /// True for rows read by a snapshot rather than streamed. A snapshot
+    /// reads each key of a table at most once (the batcher folds snapshot
+    /// rows only with the streamed changes that follow them).
     pub snapshot: bool,
     pub values: Vec<Value>,
 }

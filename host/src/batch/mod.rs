@@ -185,10 +185,18 @@ pub struct Batcher {
 struct TableBuffer {
     table: Arc<TableSchema>,
     schema: SchemaRef,
-    /// Buffered changes in position order; None where a later change to the same key won.
-    changes: Vec<Option<Change>>,
-    /// Encoded key -> index into `changes` of the key's latest change.
+    /// Buffered changes in position order.
+    changes: Vec<Change>,
+    /// Per change: true where a later change to the same key won.
+    superseded: Vec<bool>,
+    superseded_count: usize,
+    /// Encoded key -> index into `changes` of the key's latest change, for
+    /// `changes[..indexed]`. Snapshot reads are indexed only once a streamed
+    /// change follows them in the buffer: a snapshot reads each key once, so
+    /// until then there is nothing for them to fold with, and a backfill
+    /// need not hash every row it reads.
     latest: HashMap<Vec<u8>, usize>,
+    indexed: usize,
     /// The high of the last batch flushed for this table.
     high: Option<Position>,
     /// Append-mode tables keep every change: each becomes a row downstream,
@@ -285,8 +293,8 @@ impl Batcher {
             .tables
             .iter_mut()
             .filter_map(|buffer| {
-                let changes: Vec<Change> = buffer.changes.drain(..).flatten().collect();
-                buffer.latest.clear();
+                buffer.drop_superseded();
+                let changes = &buffer.changes;
                 if changes.is_empty() && !(include_idle && buffer.high.as_ref() != Some(&high)) {
                     return None;
                 }
@@ -298,9 +306,11 @@ impl Batcher {
                     &buffer.table,
                     &buffer.schema,
                     metadata,
-                    &changes,
+                    changes,
                     ingest_micros,
                 );
+                // Cleared, not dropped: the next batch reuses the capacity.
+                buffer.changes.clear();
                 Some(TableBatch::new(
                     buffer.table.clone(),
                     low,
@@ -340,7 +350,10 @@ impl Batcher {
             table: table.clone(),
             schema: arrow_schema(table, &self.metadata),
             changes: Vec::new(),
+            superseded: Vec::new(),
+            superseded_count: 0,
             latest: HashMap::new(),
+            indexed: 0,
             high: None,
             keep_every_change: false,
         });
@@ -411,7 +424,7 @@ impl Batcher {
         }
         let buffer = &mut self.tables[index];
         let width = new.columns.len();
-        for change in buffer.changes.iter_mut().flatten() {
+        for change in buffer.changes.iter_mut() {
             change.values.resize(width, Value::Null);
             change.table = new.clone();
         }
@@ -426,13 +439,40 @@ impl Batcher {
         }
         (self.rows, self.bytes) = (self.rows + 1, self.bytes + size);
         let buffer = &mut self.tables[self.by_name[&change.table.name]];
-        if !buffer.table.key.is_empty() && !buffer.keep_every_change {
-            let index = buffer.changes.len();
-            if let Some(previous) = buffer.latest.insert(key_bytes(&change), index) {
-                buffer.changes[previous] = None; // last write wins
+        let snapshot = change.snapshot;
+        buffer.changes.push(change);
+        buffer.superseded.push(false);
+        if !buffer.table.key.is_empty() && !buffer.keep_every_change && !snapshot {
+            buffer.index_to_end();
+        }
+    }
+}
+
+impl TableBuffer {
+    /// Folds every change not yet indexed into `latest`, in order: the
+    /// last change to a key wins.
+    fn index_to_end(&mut self) {
+        for index in self.indexed..self.changes.len() {
+            if let Some(previous) = self.latest.insert(key_bytes(&self.changes[index]), index) {
+                self.superseded[previous] = true;
+                self.superseded_count += 1;
             }
         }
-        buffer.changes.push(Some(change));
+        self.indexed = self.changes.len();
+    }
+
+    /// Leaves only the changes no later change to their key won, and
+    /// forgets the index, before a flush.
+    fn drop_superseded(&mut self) {
+        if self.superseded_count > 0 {
+            let mut superseded = self.superseded.iter();
+            self.changes
+                .retain(|_| !superseded.next().copied().unwrap_or(false));
+        }
+        self.superseded.clear();
+        self.superseded_count = 0;
+        self.latest.clear();
+        self.indexed = 0;
     }
 }
 

@@ -187,6 +187,47 @@ fn last_write_wins_per_key_in_position_order() {
 }
 
 #[test]
+fn snapshot_reads_fold_with_the_streamed_changes_that_follow_them() {
+    let kv = kv();
+    let mut batcher = batcher(vec![kv.clone()], 100);
+    // A backfill's reads, not folded as they come...
+    let reads = (0..3)
+        .map(|i| {
+            put(
+                &kv,
+                Op::Read,
+                (1, i),
+                i64::from(i),
+                Some(["a", "b", "c"][i as usize]),
+            )
+        })
+        .collect();
+    assert!(batcher.push(tx(reads)).unwrap().is_empty());
+    // ...then the stream, in the same batch, changes two of those keys.
+    let stream = tx(vec![
+        put(&kv, Op::Update, (2, 0), 1, Some("B")),
+        put(&kv, Op::Delete, (2, 1), 2, None),
+        put(&kv, Op::Update, (2, 2), 1, Some("BB")),
+    ]);
+    assert!(batcher.push(stream).unwrap().is_empty());
+    let flush = batcher.flush(false).unwrap();
+    let [batch] = &flush.batches[..] else {
+        panic!("one table")
+    };
+    assert_eq!(positions(batch), [pos((1, 0)), pos((2, 1)), pos((2, 2))]);
+    assert_eq!(
+        strings(batch, "v"),
+        [Some("a".into()), None, Some("BB".into())]
+    );
+
+    // The next batch starts with an empty index: a read there stands alone.
+    let read = tx(vec![put(&kv, Op::Read, (3, 0), 1, Some("x"))]);
+    assert!(batcher.push(read).unwrap().is_empty());
+    let flush = batcher.flush(false).unwrap();
+    assert_eq!(positions(&flush.batches[0]), [pos((3, 0))]);
+}
+
+#[test]
 fn keyless_tables_keep_every_change() {
     let log = log();
     let mut batcher = batcher(vec![log.clone()], 100);
