@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::{Array, ArrayRef, BinaryArray};
 use arrow_schema::{DataType, Field};
 
 use crate::position::Position;
@@ -108,11 +109,85 @@ impl Change {
     }
 }
 
+/// Rows a snapshot read (`Op::Read`), already columnar: what a backfill
+/// hands on instead of one [`Change`] per row, so that a row costs no
+/// allocation of its own on its way to the sinks. A snapshot reads each key
+/// of a table at most once.
+#[derive(Clone, Debug)]
+pub struct SnapshotRows {
+    pub table: Arc<TableSchema>,
+    /// One array per column of `table`, in column order, each of the
+    /// column's declared type, all of one length.
+    pub columns: Vec<ArrayRef>,
+    /// Each row's position, ascending, none null.
+    pub positions: BinaryArray,
+    /// When the snapshot was read, microseconds since the epoch.
+    pub commit_ts_micros: i64,
+}
+
+impl SnapshotRows {
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+
+    /// The position of row `row`.
+    pub fn position(&self, row: usize) -> Position {
+        Position::from_bytes(self.positions.value(row).to_vec())
+    }
+
+    /// Rows `offset..offset + len`, sharing this one's buffers.
+    pub fn slice(&self, offset: usize, len: usize) -> SnapshotRows {
+        SnapshotRows {
+            table: self.table.clone(),
+            columns: self.columns.iter().map(|c| c.slice(offset, len)).collect(),
+            positions: self.positions.slice(offset, len),
+            commit_ts_micros: self.commit_ts_micros,
+        }
+    }
+
+    /// The bytes of the rows' values and positions (a slice counts only
+    /// its own rows).
+    pub fn bytes(&self) -> usize {
+        self.columns
+            .iter()
+            .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+            .sum::<usize>()
+            + self
+                .positions
+                .to_data()
+                .get_slice_memory_size()
+                .unwrap_or(0)
+    }
+}
+
 /// A source transaction, delivered whole: every change in it, in order.
 /// `end` is the position the source stands at once the transaction has been
 /// applied (the last change's position, or a heartbeat position when empty).
+/// A backfill's transactions carry their rows in `reads` instead (one
+/// transaction holds changes or reads, not both).
 #[derive(Clone, Debug)]
 pub struct Transaction {
     pub changes: Vec<Change>,
+    pub reads: Vec<SnapshotRows>,
     pub end: Position,
+}
+
+impl Transaction {
+    /// A transaction of row changes (none: a heartbeat at `end`).
+    pub fn of_changes(changes: Vec<Change>, end: Position) -> Transaction {
+        Transaction {
+            changes,
+            reads: Vec::new(),
+            end,
+        }
+    }
+
+    /// Rows changed or read.
+    pub fn rows(&self) -> usize {
+        self.changes.len() + self.reads.iter().map(SnapshotRows::len).sum::<usize>()
+    }
 }

@@ -50,13 +50,21 @@ impl Position {
     /// Sorts before every streaming position, tables in byte order of their
     /// names.
     pub fn snapshot(table: &str, key: &[u8]) -> Self {
-        debug_assert!(!table.as_bytes().contains(&0));
         let mut bytes = Vec::with_capacity(2 + table.len() + key.len());
-        bytes.push(PHASE_SNAPSHOT);
-        bytes.extend_from_slice(table.as_bytes());
-        bytes.push(0);
-        bytes.extend_from_slice(key);
+        Position::write_snapshot(table, key, &mut bytes);
         Position(bytes)
+    }
+
+    /// The bytes of [`Position::snapshot`] into `out`, replacing what it
+    /// held: for a source that makes a position per row without an
+    /// allocation per row.
+    pub fn write_snapshot(table: &str, key: &[u8], out: &mut Vec<u8>) {
+        debug_assert!(!table.as_bytes().contains(&0));
+        out.clear();
+        out.push(PHASE_SNAPSHOT);
+        out.extend_from_slice(table.as_bytes());
+        out.push(0);
+        out.extend_from_slice(key);
     }
 
     /// Decodes a position made by [`Position::snapshot`]: (table, key).

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray,
+    Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray,
     Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, Time64MicrosecondArray,
     TimestampMicrosecondArray, new_null_array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::{ContextField, MetadataColumn, OP_COLUMN, POS_COLUMN};
-use crate::change::{Change, TableSchema, Value};
+use crate::change::{Change, SnapshotRows, TableSchema, Value};
 
 /// Table columns (all nullable: delete rows carry nulls), then the
 /// operator's metadata columns, then the control columns.
@@ -62,7 +62,7 @@ pub(super) fn record_batch(
 
 /// One column from values already checked by [`fits`]: anything that is not
 /// the column's own variant is null.
-fn column_array<'a>(
+pub(crate) fn column_array<'a>(
     data_type: &DataType,
     values: impl Iterator<Item = &'a Value>,
     len: usize,
@@ -140,6 +140,63 @@ fn column_array<'a>(
     }
 }
 
+/// The record batch of a table's buffered snapshot rows: their arrays as
+/// they are (concatenated when there are several pieces), then the
+/// metadata and control columns, as [`record_batch`] builds them for reads.
+pub(super) fn snapshot_record_batch(
+    schema: &SchemaRef,
+    metadata: &[MetadataColumn],
+    reads: &[SnapshotRows],
+    ingest_micros: i64,
+) -> RecordBatch {
+    let joined = |arrays: Vec<&dyn Array>| -> ArrayRef {
+        match arrays[..] {
+            [one] => one.slice(0, one.len()),
+            _ => arrow_select::concat::concat(&arrays).expect("the batcher checked the types"),
+        }
+    };
+    let width = reads.first().map_or(0, |r| r.columns.len());
+    let rows: usize = reads.iter().map(SnapshotRows::len).sum();
+    let repeat = |value: i64| TimestampMicrosecondArray::from_value(value, rows);
+    let columns = (0..width)
+        .map(|i| joined(reads.iter().map(|r| r.columns[i].as_ref()).collect()))
+        .chain(metadata.iter().map(|m| -> ArrayRef {
+            match m.field {
+                ContextField::Op => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                    crate::change::Op::Read.as_str(),
+                    rows,
+                ))),
+                ContextField::Pos => {
+                    joined(reads.iter().map(|r| &r.positions as &dyn Array).collect())
+                }
+                ContextField::CommitTs => Arc::new(
+                    TimestampMicrosecondArray::from_iter_values(
+                        reads
+                            .iter()
+                            .flat_map(|r| std::iter::repeat_n(r.commit_ts_micros, r.len())),
+                    )
+                    .with_timezone(crate::change::UTC_ZONE),
+                ),
+                ContextField::IngestTs => {
+                    Arc::new(repeat(ingest_micros).with_timezone(crate::change::UTC_ZONE))
+                }
+                ContextField::Snapshot => Arc::new(BooleanArray::from(vec![true; rows])),
+                ContextField::Phase => Arc::new(StringArray::from_iter_values(
+                    std::iter::repeat_n("snapshot", rows),
+                )),
+            }
+        }))
+        .chain([
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                crate::change::Op::Read.as_str(),
+                rows,
+            ))) as ArrayRef,
+            joined(reads.iter().map(|r| &r.positions as &dyn Array).collect()),
+        ])
+        .collect();
+    RecordBatch::try_new(schema.clone(), columns).expect("the batcher checked the types")
+}
+
 fn context_array(field: ContextField, changes: &[Change], ingest_micros: i64) -> ArrayRef {
     let each = changes.iter();
     match field {
@@ -165,7 +222,7 @@ fn context_array(field: ContextField, changes: &[Change], ingest_micros: i64) ->
 }
 
 /// Whether `value` can be stored in a column of `data_type`.
-pub(super) fn fits(value: &Value, data_type: &DataType) -> Result<(), String> {
+pub(crate) fn fits(value: &Value, data_type: &DataType) -> Result<(), String> {
     match (value, data_type) {
         (Value::Null, _)
         | (Value::Bool(_), DataType::Boolean)

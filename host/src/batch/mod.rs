@@ -13,14 +13,15 @@ use arrow_array::{Array, BinaryArray, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use sha2::{Digest, Sha256};
 
-use crate::change::{Change, TableSchema, Transaction, Value};
+use crate::change::{Change, SnapshotRows, TableSchema, Transaction, Value};
 use crate::position::Position;
 
 mod arrow;
 #[cfg(any(test, feature = "test-support"))]
 mod readback;
 
-use arrow::{arrow_schema, fits, record_batch};
+use arrow::{arrow_schema, record_batch, snapshot_record_batch};
+pub(crate) use arrow::{column_array, fits};
 #[cfg(any(test, feature = "test-support"))]
 pub use readback::value_at;
 pub use weir_contract::{CONTROL_COLUMNS, ContextField, MetadataColumn, OP_COLUMN, POS_COLUMN};
@@ -177,6 +178,8 @@ pub struct Batcher {
     by_name: HashMap<String, usize>,
     /// Changes and estimated bytes buffered, before last-write-wins.
     rows: usize,
+    /// Of `rows`, the snapshot rows buffered columnar.
+    read_rows: usize,
     bytes: usize,
     oldest: Option<Instant>,
     consumed: Option<Position>,
@@ -185,6 +188,9 @@ pub struct Batcher {
 struct TableBuffer {
     table: Arc<TableSchema>,
     schema: SchemaRef,
+    /// Buffered snapshot rows, columnar, in position order. A table buffers
+    /// these or `changes`, never both: a change to it flushes them first.
+    reads: Vec<SnapshotRows>,
     /// Buffered changes in position order.
     changes: Vec<Change>,
     /// Per change: true where a later change to the same key won.
@@ -217,6 +223,7 @@ impl Batcher {
             tables: Vec::new(),
             by_name: HashMap::new(),
             rows: 0,
+            read_rows: 0,
             bytes: 0,
             oldest: None,
             consumed: None,
@@ -231,6 +238,9 @@ impl Batcher {
     /// more), oldest first. A change whose values do not fit its table is an
     /// error, and then nothing of the transaction is buffered.
     pub fn push(&mut self, tx: Transaction) -> Result<Vec<Flush>, BatchError> {
+        if !tx.reads.is_empty() {
+            return self.push_reads(tx);
+        }
         let sizes = tx
             .changes
             .iter()
@@ -240,6 +250,16 @@ impl Batcher {
         let max_rows = self.limits.max_rows.max(1);
         let max_bytes = self.limits.max_bytes.max(1);
         let mut flushes = Vec::new();
+        if self.read_rows > 0
+            && tx
+                .changes
+                .iter()
+                .any(|c| !self.tables[self.by_name[&c.table.name]].reads.is_empty())
+        {
+            // Streamed changes after a table's snapshot rows: those rows
+            // are committed first, as they are not indexed by key to fold with.
+            flushes.extend(self.flush(false));
+        }
 
         if rows > max_rows || bytes > max_bytes {
             // Too big for any batch: commit it in pieces, each ending at its
@@ -273,6 +293,122 @@ impl Batcher {
         Ok(flushes)
     }
 
+    /// Adds a transaction of snapshot rows, as [`Batcher::push`] does a
+    /// transaction of changes: whole when it fits a batch, else in pieces
+    /// each ending at its last row.
+    fn push_reads(&mut self, tx: Transaction) -> Result<Vec<Flush>, BatchError> {
+        let sizes = tx
+            .reads
+            .iter()
+            .map(|rows| self.check_reads(rows, &tx))
+            .collect::<Result<Vec<usize>, _>>()?;
+        let (rows, bytes) = (tx.rows(), sizes.iter().sum::<usize>());
+        let max_rows = self.limits.max_rows.max(1);
+        let max_bytes = self.limits.max_bytes.max(1);
+        let mut flushes = Vec::new();
+        if tx
+            .reads
+            .iter()
+            .any(|r| !self.tables[self.by_name[&r.table.name]].changes.is_empty())
+        {
+            flushes.extend(self.flush(false));
+        }
+
+        if rows > max_rows || bytes > max_bytes {
+            flushes.extend(self.flush(false));
+            for (reads, size) in tx.reads.into_iter().zip(sizes) {
+                let row_bytes = size.div_ceil(reads.len()).max(1);
+                let mut offset = 0;
+                while offset < reads.len() {
+                    let room = (max_rows - self.rows)
+                        .min(max_bytes.saturating_sub(self.bytes) / row_bytes)
+                        .min(reads.len() - offset);
+                    if room == 0 && self.rows > 0 {
+                        flushes.extend(self.flush(false));
+                        continue;
+                    }
+                    let piece = reads.slice(offset, room.max(1));
+                    offset += piece.len();
+                    self.consumed = Some(piece.position(piece.len() - 1));
+                    self.add_reads(piece.len() * row_bytes, piece);
+                }
+            }
+            self.consumed = Some(tx.end);
+            flushes.extend(self.flush(false));
+            return Ok(flushes);
+        }
+
+        if self.rows + rows > max_rows || self.bytes + bytes > max_bytes {
+            flushes.extend(self.flush(false));
+        }
+        for (reads, size) in tx.reads.into_iter().zip(sizes) {
+            self.add_reads(size, reads);
+        }
+        self.consumed = Some(tx.end);
+        if self.rows >= max_rows || self.bytes >= max_bytes {
+            flushes.extend(self.flush(false));
+        }
+        Ok(flushes)
+    }
+
+    /// Checks that snapshot rows have their table's shape and types (the
+    /// batch is built from their arrays as they are), and returns their bytes.
+    fn check_reads(&mut self, reads: &SnapshotRows, tx: &Transaction) -> Result<usize, BatchError> {
+        let index = self.table_index(&reads.table);
+        let buffer = &self.tables[index];
+        let fail = |reason: String| BatchError {
+            table: reads.table.name.clone(),
+            pos: tx.end.clone(),
+            reason,
+        };
+        if !tx.changes.is_empty() {
+            return Err(fail(
+                "a transaction carries both changes and snapshot rows".into(),
+            ));
+        }
+        if !Arc::ptr_eq(&buffer.table, &reads.table) && *buffer.table != *reads.table {
+            return Err(fail(format!(
+                "snapshot rows of shape ({}) where the table is ({})",
+                column_list(&reads.table),
+                column_list(&buffer.table)
+            )));
+        }
+        if reads.columns.len() != buffer.table.columns.len() {
+            return Err(fail(format!(
+                "{} arrays of snapshot rows for {} columns",
+                reads.columns.len(),
+                buffer.table.columns.len()
+            )));
+        }
+        for (array, column) in reads.columns.iter().zip(&buffer.table.columns) {
+            if array.data_type() != &column.data_type || array.len() != reads.len() {
+                return Err(fail(format!(
+                    "column `{}`: {} snapshot values of type {} for {} rows of type {}",
+                    column.name,
+                    array.len(),
+                    array.data_type(),
+                    reads.len(),
+                    column.data_type
+                )));
+            }
+        }
+        if reads.is_empty() || reads.positions.null_count() > 0 {
+            return Err(fail("snapshot rows without positions".into()));
+        }
+        Ok(reads.bytes())
+    }
+
+    fn add_reads(&mut self, size: usize, reads: SnapshotRows) {
+        if self.rows == 0 {
+            self.oldest = Some(Instant::now());
+        }
+        let rows = reads.len();
+        (self.rows, self.read_rows, self.bytes) =
+            (self.rows + rows, self.read_rows + rows, self.bytes + size);
+        let index = self.by_name[&reads.table.name];
+        self.tables[index].reads.push(reads);
+    }
+
     /// True once the oldest buffered change has waited `linger`.
     pub fn linger_expired(&self, now: Instant) -> bool {
         self.oldest
@@ -295,20 +431,31 @@ impl Batcher {
             .filter_map(|buffer| {
                 buffer.drop_superseded();
                 let changes = &buffer.changes;
-                if changes.is_empty() && !(include_idle && buffer.high.as_ref() != Some(&high)) {
+                if changes.is_empty()
+                    && buffer.reads.is_empty()
+                    && !(include_idle && buffer.high.as_ref() != Some(&high))
+                {
                     return None;
                 }
                 buffer.high = Some(high.clone());
-                let low = changes
-                    .first()
-                    .map_or_else(|| high.clone(), |c| c.pos.clone());
-                let records = record_batch(
-                    &buffer.table,
-                    &buffer.schema,
-                    metadata,
-                    changes,
-                    ingest_micros,
-                );
+                let records = if buffer.reads.is_empty() {
+                    record_batch(
+                        &buffer.table,
+                        &buffer.schema,
+                        metadata,
+                        changes,
+                        ingest_micros,
+                    )
+                } else {
+                    debug_assert!(changes.is_empty(), "changes flush a table's reads first");
+                    snapshot_record_batch(&buffer.schema, metadata, &buffer.reads, ingest_micros)
+                };
+                let low = match (buffer.reads.first(), changes.first()) {
+                    (Some(reads), _) => reads.position(0),
+                    (None, Some(change)) => change.pos.clone(),
+                    (None, None) => high.clone(),
+                };
+                buffer.reads.clear();
                 // Cleared, not dropped: the next batch reuses the capacity.
                 buffer.changes.clear();
                 Some(TableBatch::new(
@@ -319,7 +466,7 @@ impl Batcher {
                 ))
             })
             .collect();
-        (self.rows, self.bytes, self.oldest) = (0, 0, None);
+        (self.rows, self.read_rows, self.bytes, self.oldest) = (0, 0, 0, None);
         (!batches.is_empty()).then_some(Flush { high, batches })
     }
 
@@ -349,6 +496,7 @@ impl Batcher {
         self.tables.push(TableBuffer {
             table: table.clone(),
             schema: arrow_schema(table, &self.metadata),
+            reads: Vec::new(),
             changes: Vec::new(),
             superseded: Vec::new(),
             superseded_count: 0,

@@ -68,14 +68,11 @@ fn tx(changes: Vec<Change>) -> Transaction {
         .expect("use heartbeat() for an empty transaction")
         .pos
         .clone();
-    Transaction { changes, end }
+    Transaction::of_changes(changes, end)
 }
 
 fn heartbeat(at: (u64, u32)) -> Transaction {
-    Transaction {
-        changes: vec![],
-        end: Position::stream(at.0, at.1),
-    }
+    Transaction::of_changes(vec![], Position::stream(at.0, at.1))
 }
 
 fn limits(max_rows: usize, max_bytes: usize) -> BatchLimits {
@@ -736,5 +733,176 @@ fn append_tables_keep_every_change_to_a_key() {
     assert_eq!(
         positions(&flush.batches[0]),
         [pos((1, 0)), pos((1, 1)), pos((1, 2))]
+    );
+}
+
+/// `changes` (reads of one table) as the columnar rows a backfill hands on.
+fn snapshot_rows(changes: &[Change]) -> SnapshotRows {
+    let table = changes[0].table.clone();
+    let columns = table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            column_array(
+                &column.data_type,
+                changes.iter().map(|c| &c.values[i]),
+                changes.len(),
+            )
+        })
+        .collect();
+    SnapshotRows {
+        table,
+        columns,
+        positions: BinaryArray::from_iter_values(changes.iter().map(|c| c.pos.as_bytes())),
+        commit_ts_micros: changes[0].commit_ts_micros,
+    }
+}
+
+fn reads_tx(pieces: Vec<SnapshotRows>) -> Transaction {
+    let last = pieces.last().unwrap();
+    let end = last.position(last.len() - 1);
+    Transaction {
+        changes: Vec::new(),
+        reads: pieces,
+        end,
+    }
+}
+
+/// Reads of `t.typed` with every kind of value, keys `from..to`.
+fn typed_reads(from: i64, to: i64) -> Vec<Change> {
+    let typed = table(
+        "t.typed",
+        &[
+            ("id", DataType::Int64),
+            ("name", DataType::Utf8),
+            ("amount", DataType::Decimal128(10, 2)),
+            ("at", utc_micros()),
+        ],
+        &[0],
+    );
+    (from..to)
+        .map(|id| Change {
+            table: typed.clone(),
+            op: Op::Read,
+            pos: Position::snapshot("t.typed", &id.to_be_bytes()),
+            commit_ts_micros: 77,
+            snapshot: true,
+            values: vec![
+                Value::Int64(id),
+                if id % 3 == 0 {
+                    Value::Null
+                } else {
+                    Value::Utf8(format!("n{id}"))
+                },
+                Value::Decimal128(i128::from(id) * 101),
+                Value::TimestampMicros(id * 1_000_000),
+            ],
+        })
+        .collect()
+}
+
+#[test]
+fn snapshot_rows_make_the_batch_their_changes_would() {
+    let metadata: Vec<MetadataColumn> = ["commit_ts", "op", "phase", "pos", "snapshot"]
+        .into_iter()
+        .map(|field| MetadataColumn {
+            field: field.parse().unwrap(),
+            name: format!("_{field}"),
+        })
+        .collect();
+    let reads = typed_reads(0, 10);
+    let table = reads[0].table.clone();
+    let build = |tx: Transaction| {
+        let mut batcher = Batcher::new(
+            vec![table.clone()],
+            limits(100, usize::MAX),
+            metadata.clone(),
+        );
+        assert!(batcher.push(tx).unwrap().is_empty());
+        batcher.flush(false).unwrap().batches.remove(0)
+    };
+    let by_change = build(tx(reads.clone()));
+    // Two pieces, as a backfill hands on a chunk.
+    let by_column = build(reads_tx(vec![
+        snapshot_rows(&reads[..4]),
+        snapshot_rows(&reads[4..]),
+    ]));
+    assert_eq!(by_column.records, by_change.records);
+    assert_eq!(
+        (&by_column.low, &by_column.high, &by_column.id),
+        (&by_change.low, &by_change.high, &by_change.id)
+    );
+}
+
+#[test]
+fn streamed_changes_after_snapshot_rows_commit_those_first() {
+    let kv = kv();
+    let mut batcher = batcher(vec![kv.clone()], 100);
+    let reads: Vec<Change> = (0..3)
+        .map(|i| put(&kv, Op::Read, (1, i), i64::from(i), Some("read")))
+        .collect();
+    assert!(
+        batcher
+            .push(reads_tx(vec![snapshot_rows(&reads)]))
+            .unwrap()
+            .is_empty()
+    );
+    // The stream changes key 1: the rows read are not indexed by key, so
+    // they are committed before the change that must win over one of them.
+    let flushes = batcher
+        .push(tx(vec![put(&kv, Op::Update, (2, 0), 1, Some("streamed"))]))
+        .unwrap();
+    let [first] = &flushes[..] else {
+        panic!("one flush of the rows read, got {}", flushes.len())
+    };
+    assert_eq!(first.high, pos((1, 2)));
+    assert_eq!(
+        strings(&first.batches[0], "v"),
+        vec![Some("read".to_string()); 3]
+    );
+    let then = batcher.flush(false).unwrap();
+    assert_eq!(positions(&then.batches[0]), [pos((2, 0))]);
+}
+
+#[test]
+fn oversized_snapshot_rows_commit_in_pieces_ending_at_their_last_row() {
+    let reads = typed_reads(0, 10);
+    let table = reads[0].table.clone();
+    let mut batcher = batcher(vec![table.clone()], 4);
+    let flushes = batcher
+        .push(reads_tx(vec![
+            snapshot_rows(&reads[..3]),
+            snapshot_rows(&reads[3..]),
+        ]))
+        .unwrap();
+    let rows: Vec<usize> = flushes.iter().map(|f| f.batches[0].rows()).collect();
+    assert_eq!(rows, [4, 4, 2], "batches filled to the limit, in order");
+    let highs: Vec<&Position> = flushes.iter().map(|f| &f.high).collect();
+    assert_eq!(highs, [&reads[3].pos, &reads[7].pos, &reads[9].pos]);
+    let all: Vec<Position> = flushes
+        .iter()
+        .flat_map(|f| positions(&f.batches[0]))
+        .collect();
+    assert_eq!(all, reads.iter().map(|c| c.pos.clone()).collect::<Vec<_>>());
+    assert!(batcher.flush(false).is_none());
+}
+
+#[test]
+fn snapshot_rows_that_do_not_fit_their_table_are_refused() {
+    let reads = typed_reads(0, 2);
+    let table = reads[0].table.clone();
+    let mut batcher = batcher(vec![table.clone()], 100);
+    let mut rows = snapshot_rows(&reads);
+    rows.columns[2] = Arc::new(arrow_array::Int32Array::from(vec![1, 2]));
+    let err = batcher.push(reads_tx(vec![rows])).unwrap_err();
+    assert_eq!(err.table, "t.typed");
+    assert!(err.reason.contains("column `amount`"), "{}", err.reason);
+    let mut short = snapshot_rows(&reads);
+    short.columns.pop();
+    assert!(batcher.push(reads_tx(vec![short])).is_err());
+    assert!(
+        batcher.flush(false).is_none(),
+        "nothing of either was buffered"
     );
 }

@@ -333,15 +333,16 @@ impl<'scope, 'a> Run<'scope, 'a> {
             match self.source.next_transaction()? {
                 Some(tx) => {
                     // An empty transaction is a source heartbeat, not a transaction.
-                    if !tx.changes.is_empty() {
+                    let rows = tx.rows();
+                    if rows > 0 {
                         let commit = tx.end.as_stream().map(|(commit, _)| commit);
                         if commit.is_none() || commit != counted_commit {
                             self.transactions += 1;
                         }
                         counted_commit = commit;
                     }
-                    self.changes += tx.changes.len() as u64;
-                    if !tx.changes.is_empty() {
+                    self.changes += rows as u64;
+                    if rows > 0 {
                         self.read_since.get_or_insert_with(Instant::now);
                     }
                     for flush in batcher.push(tx)? {

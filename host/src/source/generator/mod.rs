@@ -122,7 +122,7 @@ impl Source for Generator {
                 })
                 .collect();
             self.last = Some(end.clone());
-            return Ok(Some(Transaction { changes, end }));
+            return Ok(Some(Transaction::of_changes(changes, end)));
         }
     }
 

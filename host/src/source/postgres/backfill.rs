@@ -17,7 +17,13 @@ use super::decode::{CopyLine, PgKind, decode, ident, literal};
 use super::keys::{KeyOrder, append_key_texts, decode_key_texts, encode_key_part};
 use super::session::classify;
 use super::table::Table;
-use crate::change::{Change, Op, Transaction, Value};
+use std::sync::Arc;
+
+use arrow_array::ArrayRef;
+use arrow_array::builder::{ArrayBuilder, BinaryBuilder, StringBuilder};
+use arrow_schema::DataType;
+
+use crate::change::{SnapshotRows, Transaction, Value};
 use crate::position::Position;
 use crate::source::SourceError;
 
@@ -88,7 +94,7 @@ impl Backfill {
     /// transaction; None once every table is read.
     pub fn next_chunk(&mut self, cx: &mut Context) -> Result<Option<Transaction>, SourceError> {
         let limit = cx.config.chunk_rows.max(1);
-        let mut changes: Vec<Change> = Vec::new();
+        let mut chunk: Vec<SnapshotRows> = Vec::new();
         loop {
             let Some(&t) = self.queue.first() else {
                 self.finish(cx);
@@ -104,34 +110,28 @@ impl Backfill {
             self.enter_snapshot(cx)?;
             self.show(&cx.tables[t]);
             if self.reader.is_none() {
-                self.reader = Some(self.start_reader(cx, t, changes.len(), limit)?);
+                let in_chunk = chunk.iter().map(SnapshotRows::len).sum();
+                self.reader = Some(self.start_reader(cx, t, in_chunk, limit)?);
             }
             let reader = self.reader.as_mut().expect("started above");
             match reader.next_piece() {
-                Piece::Rows {
-                    mut rows,
-                    chunk_end,
-                } => {
+                Piece::Rows { rows, chunk_end } => {
                     self.retry_until = None;
-                    if let Some(last) = rows.last() {
-                        self.last_read = Some(last.pos.clone());
-                    }
-                    if changes.is_empty() {
-                        changes = rows;
-                    } else {
-                        changes.append(&mut rows);
+                    if !rows.is_empty() {
+                        self.last_read = Some(rows.position(rows.len() - 1));
+                        chunk.push(rows);
                     }
                     if chunk_end {
                         self.check_still_in_snapshot(cx, &cx.tables[t])?;
-                        return Ok(Some(self.hand_on(cx, changes)));
+                        return Ok(Some(self.hand_on(cx, chunk)));
                     }
                 }
                 Piece::End => {
                     self.reader = None;
                     self.check_still_in_snapshot(cx, &cx.tables[t])?;
                     self.table_done(&cx.tables[t]);
-                    if !changes.is_empty() {
-                        return Ok(Some(self.hand_on(cx, changes)));
+                    if !chunk.is_empty() {
+                        return Ok(Some(self.hand_on(cx, chunk)));
                     }
                 }
                 Piece::Failed(e) => {
@@ -215,13 +215,19 @@ impl Backfill {
     }
 
     /// The rows read as one transaction, ending at the last one.
-    fn hand_on(&mut self, cx: &mut Context, changes: Vec<Change>) -> Transaction {
-        if let Some(bar) = &self.bar {
-            bar.inc(changes.len() as u64);
-        }
-        let end = changes.last().expect("a chunk has rows").pos.clone();
+    fn hand_on(&mut self, cx: &mut Context, reads: Vec<SnapshotRows>) -> Transaction {
+        let last = reads.last().expect("a chunk has rows");
+        let end = last.position(last.len() - 1);
         cx.emitted.advance(end.clone());
-        Transaction { changes, end }
+        let tx = Transaction {
+            changes: Vec::new(),
+            reads,
+            end,
+        };
+        if let Some(bar) = &self.bar {
+            bar.inc(tx.rows() as u64);
+        }
+        tx
     }
 
     /// Imports the slot's snapshot before the first read.
@@ -309,7 +315,7 @@ fn lost_snapshot(table: &Table, cause: &dyn std::fmt::Display) -> SourceError {
 /// What the reader hands on, in order.
 enum Piece {
     /// Rows in key order; `chunk_end`: the last row of a transaction.
-    Rows { rows: Vec<Change>, chunk_end: bool },
+    Rows { rows: SnapshotRows, chunk_end: bool },
     /// The table is read to its end.
     End,
     /// The read failed; nothing follows.
@@ -386,16 +392,15 @@ async fn read_table(
         let stream = client.copy_out(sql).await.map_err(fail)?;
         let mut stream = std::pin::pin!(stream);
         let commit_ts = now_micros();
-        let mut piece = Vec::new();
         let mut bytes = 0;
         while let Some(line) = stream.next().await {
             let line = line.map_err(fail)?;
-            piece.push(rows.change(&line, commit_ts)?);
+            rows.read(&line)?;
             in_chunk += 1;
             bytes += line.len();
             let chunk_end = in_chunk >= limit;
-            if chunk_end || bytes >= PIECE_BYTES || piece.len() >= PIECE_ROWS {
-                let rows = std::mem::replace(&mut piece, Vec::with_capacity(PIECE_ROWS.min(limit)));
+            if chunk_end || bytes >= PIECE_BYTES || rows.len() >= PIECE_ROWS {
+                let rows = rows.take(commit_ts);
                 if out.send(Piece::Rows { rows, chunk_end }).is_err() {
                     // The backfill stopped reading: so does this thread.
                     return Ok(false);
@@ -406,9 +411,9 @@ async fn read_table(
                 bytes = 0;
             }
         }
-        if !piece.is_empty() {
+        if rows.len() > 0 {
             let rows = Piece::Rows {
-                rows: piece,
+                rows: rows.take(commit_ts),
                 chunk_end: false,
             };
             if out.send(rows).is_err() {
@@ -502,8 +507,17 @@ fn copy_sql(table: &Table, after_key: Option<&[String]>) -> String {
     )
 }
 
-/// Turns lines of the backfill's COPY into snapshot reads, reusing its
-/// buffers from row to row.
+/// One column of the rows a reader is building: text goes straight into
+/// Arrow; any other type is kept as values, turned into Arrow when the
+/// rows are handed on (as the batcher turns a change's values).
+enum ColumnRows {
+    Text(StringBuilder),
+    Values(Vec<Value>),
+}
+
+/// Turns lines of the backfill's COPY into snapshot rows, columnar, with
+/// no allocation per row: the rows of one piece accumulate in per-column
+/// buffers until [`RowReader::take`].
 struct RowReader {
     /// The table as the backfill started it.
     table: Table,
@@ -513,6 +527,9 @@ struct RowReader {
     expected: usize,
     line: CopyLine,
     key: Vec<u8>,
+    position: Vec<u8>,
+    columns: Vec<ColumnRows>,
+    positions: BinaryBuilder,
     /// Rows read so far, for errors.
     number: u64,
 }
@@ -520,6 +537,19 @@ struct RowReader {
 impl RowReader {
     fn new(table: &Table) -> RowReader {
         let (select, key_fields) = selected(table);
+        let columns = table
+            .info
+            .columns
+            .iter()
+            .zip(&table.schema.columns)
+            .map(|(column, declared)| {
+                if column.kind == PgKind::Text && declared.data_type == DataType::Utf8 {
+                    ColumnRows::Text(StringBuilder::new())
+                } else {
+                    ColumnRows::Values(Vec::new())
+                }
+            })
+            .collect();
         RowReader {
             table: Table {
                 info: table.info.clone(),
@@ -532,12 +562,22 @@ impl RowReader {
             expected: select.len(),
             line: CopyLine::default(),
             key: Vec::new(),
+            position: Vec::new(),
+            columns,
+            positions: BinaryBuilder::new(),
             number: 0,
         }
     }
 
-    /// The row on one line of COPY text (with or without its newline).
-    fn change(&mut self, line: &[u8], commit_ts: i64) -> Result<Change, SourceError> {
+    /// Rows read since the last [`RowReader::take`].
+    fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// Adds the row on one line of COPY text (with or without its
+    /// newline). After an error the reader is left half-way through a row
+    /// and must not be used again.
+    fn read(&mut self, line: &[u8]) -> Result<(), SourceError> {
         self.number += 1;
         let text = line.strip_suffix(b"\n").unwrap_or(line);
         let table = &self.table;
@@ -561,31 +601,47 @@ impl RowReader {
         let key_text = |k: &KeyField| match *k {
             KeyField::Column(i) | KeyField::Extra(i) => fields.get(i),
         };
-        let mut values = Vec::with_capacity(table.info.columns.len());
-        for (c, column) in table.info.columns.iter().enumerate() {
-            values.push(match fields.get(c) {
-                None => Value::Null,
-                Some(text) => match decode(&column.kind, text) {
-                    Ok(value) => value,
-                    Err(_) => {
-                        // Decoded again, for the error that names the row.
-                        let key: Vec<Option<&str>> = self.key_fields.iter().map(key_text).collect();
-                        return Err(table.decode_column(c, text, &key).err().unwrap_or_else(
-                            || {
-                                SourceError::Invalid(format!(
-                                    "table {}, column {}: a value that decodes once only",
-                                    table.schema.name, column.name
-                                ))
-                            },
-                        ));
+        let refused = |c: usize, text: &str, why: Option<String>| {
+            let key: Vec<Option<&str>> = self.key_fields.iter().map(key_text).collect();
+            let column = &table.info.columns[c];
+            match (table.decode_column(c, text, &key), why) {
+                (Err(e), _) => e,
+                (Ok(_), Some(why)) => SourceError::Invalid(format!(
+                    "table {}, column {}: {why}",
+                    table.schema.name, column.name
+                )),
+                (Ok(_), None) => SourceError::Invalid(format!(
+                    "table {}, column {}: a value that decodes once only",
+                    table.schema.name, column.name
+                )),
+            }
+        };
+        for (c, (column, rows)) in table.info.columns.iter().zip(&mut self.columns).enumerate() {
+            let text = fields.get(c);
+            match rows {
+                ColumnRows::Text(builder) => builder.append_option(text),
+                ColumnRows::Values(values) => {
+                    let value = match text {
+                        None => Value::Null,
+                        Some(text) => {
+                            decode(&column.kind, text).map_err(|_| refused(c, text, None))?
+                        }
+                    };
+                    let declared = &table.schema.columns[c].data_type;
+                    if let Err(why) = crate::batch::fits(&value, declared) {
+                        return Err(refused(c, text.unwrap_or_default(), Some(why)));
                     }
-                },
-            });
+                    values.push(value);
+                }
+            }
         }
         self.key.clear();
         for (order, field) in self.orders.iter().zip(&self.key_fields) {
             let value = match (order, field) {
-                (KeyOrder::Native(_), KeyField::Column(c)) => Some(&values[*c]),
+                (KeyOrder::Native(_), KeyField::Column(c)) => match &self.columns[*c] {
+                    ColumnRows::Values(values) => values.last(),
+                    ColumnRows::Text(_) => None,
+                },
                 _ => None,
             };
             let text = key_text(field).unwrap_or_default();
@@ -599,14 +655,37 @@ impl RowReader {
                 .map(|k| key_text(k).unwrap_or_default()),
             &mut self.key,
         );
-        Ok(Change {
-            table: table.schema.clone(),
-            op: Op::Read,
-            pos: Position::snapshot(&table.schema.name, &self.key),
+        Position::write_snapshot(&table.schema.name, &self.key, &mut self.position);
+        self.positions.append_value(&self.position);
+        Ok(())
+    }
+
+    /// The rows read since the last call, as snapshot rows read at
+    /// `commit_ts`; the buffers start again empty.
+    fn take(&mut self, commit_ts: i64) -> SnapshotRows {
+        let columns = self
+            .columns
+            .iter_mut()
+            .zip(&self.table.schema.columns)
+            .map(|(rows, declared)| match rows {
+                ColumnRows::Text(builder) => Arc::new(builder.finish()) as ArrayRef,
+                ColumnRows::Values(values) => {
+                    let array = crate::batch::column_array(
+                        &declared.data_type,
+                        values.iter(),
+                        values.len(),
+                    );
+                    values.clear();
+                    array
+                }
+            })
+            .collect();
+        SnapshotRows {
+            table: self.table.schema.clone(),
+            columns,
+            positions: self.positions.finish(),
             commit_ts_micros: commit_ts,
-            snapshot: true,
-            values,
-        })
+        }
     }
 }
 
@@ -618,6 +697,7 @@ fn now_micros() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::{Change, Op};
     use crate::source::postgres::catalog::PgColumn;
     use crate::source::postgres::decoder::tests::{column, table_of};
 
@@ -639,12 +719,29 @@ mod tests {
         }
     }
 
-    /// The rows of `data` (COPY text) as the reader hands them on.
+    /// The rows of `data` (COPY text) as the reader hands them on, one
+    /// piece, each row read back from its arrays as a change.
     fn read(table: &Table, data: &[u8]) -> Result<Vec<Change>, SourceError> {
-        let mut rows = RowReader::new(table);
-        data.split_inclusive(|&b| b == b'\n')
-            .map(|line| rows.change(line, 5))
-            .collect()
+        let mut reader = RowReader::new(table);
+        for line in data.split_inclusive(|&b| b == b'\n') {
+            reader.read(line)?;
+        }
+        let rows = reader.take(5);
+        assert!(reader.take(6).is_empty(), "a piece takes every row read");
+        Ok((0..rows.len())
+            .map(|row| Change {
+                table: rows.table.clone(),
+                op: Op::Read,
+                pos: rows.position(row),
+                commit_ts_micros: rows.commit_ts_micros,
+                snapshot: true,
+                values: rows
+                    .columns
+                    .iter()
+                    .map(|c| crate::batch::value_at(c.as_ref(), row))
+                    .collect(),
+            })
+            .collect())
     }
 
     #[test]

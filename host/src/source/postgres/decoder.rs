@@ -740,7 +740,7 @@ impl Piece {
             None => return None,
         };
         emitted.advance(end.clone());
-        Some(Transaction { changes, end })
+        Some(Transaction::of_changes(changes, end))
     }
 }
 

@@ -545,15 +545,12 @@ impl Stream {
             && !emitted.covers(&hb)
         {
             emitted.advance(hb.clone());
-            return Some(Transaction {
-                changes: Vec::new(),
-                end: hb,
-            });
+            return Some(Transaction::of_changes(Vec::new(), hb));
         }
-        emitted.last().cloned().map(|end| Transaction {
-            changes: Vec::new(),
-            end,
-        })
+        emitted
+            .last()
+            .cloned()
+            .map(|end| Transaction::of_changes(Vec::new(), end))
     }
 }
 
