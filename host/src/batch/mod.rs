@@ -241,6 +241,19 @@ impl Batcher {
         if !tx.reads.is_empty() {
             return self.push_reads(tx);
         }
+        let mut flushes = Vec::new();
+        if self.read_rows > 0
+            && tx.changes.iter().any(|c| {
+                self.by_name
+                    .get(&c.table.name)
+                    .is_some_and(|&i| !self.tables[i].reads.is_empty())
+            })
+        {
+            // Streamed changes after a table's snapshot rows: those rows
+            // are committed first, as they are not indexed by key to fold
+            // with, and before a change can widen the table's shape.
+            flushes.extend(self.flush(false));
+        }
         let sizes = tx
             .changes
             .iter()
@@ -249,17 +262,6 @@ impl Batcher {
         let (rows, bytes) = (tx.changes.len(), sizes.iter().sum::<usize>());
         let max_rows = self.limits.max_rows.max(1);
         let max_bytes = self.limits.max_bytes.max(1);
-        let mut flushes = Vec::new();
-        if self.read_rows > 0
-            && tx
-                .changes
-                .iter()
-                .any(|c| !self.tables[self.by_name[&c.table.name]].reads.is_empty())
-        {
-            // Streamed changes after a table's snapshot rows: those rows
-            // are committed first, as they are not indexed by key to fold with.
-            flushes.extend(self.flush(false));
-        }
 
         if rows > max_rows || bytes > max_bytes {
             // Too big for any batch: commit it in pieces, each ending at its

@@ -906,3 +906,38 @@ fn snapshot_rows_that_do_not_fit_their_table_are_refused() {
         "nothing of either was buffered"
     );
 }
+
+#[test]
+fn a_column_added_after_snapshot_rows_leaves_them_their_shape() {
+    let kv = kv();
+    let mut batcher = batcher(vec![kv.clone()], 100);
+    let reads: Vec<Change> = (0..2)
+        .map(|i| put(&kv, Op::Read, (1, i), i64::from(i), Some("read")))
+        .collect();
+    assert!(
+        batcher
+            .push(reads_tx(vec![snapshot_rows(&reads)]))
+            .unwrap()
+            .is_empty()
+    );
+    let wider = table(
+        "t.kv",
+        &[
+            ("id", DataType::Int64),
+            ("v", DataType::Utf8),
+            ("w", DataType::Int32),
+        ],
+        &[0],
+    );
+    let change = change(
+        &wider,
+        Op::Insert,
+        (2, 0),
+        vec![Value::Int64(5), Value::Null, Value::Int32(7)],
+    );
+    let flushes = batcher.push(tx(vec![change])).unwrap();
+    assert_eq!(flushes.len(), 1);
+    assert_eq!(flushes[0].batches[0].records.num_columns(), 2 + 2);
+    let then = batcher.flush(false).unwrap();
+    assert_eq!(then.batches[0].records.num_columns(), 3 + 2);
+}
