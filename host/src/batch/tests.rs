@@ -835,19 +835,21 @@ fn snapshot_rows_make_the_batch_their_changes_would() {
     );
 }
 
-#[test]
-fn streamed_changes_after_snapshot_rows_commit_those_first() {
+/// A batcher of `t.kv` holding `count` snapshot rows, keys from 0, "read".
+fn kv_with_reads(count: u32) -> (Arc<TableSchema>, Batcher) {
     let kv = kv();
     let mut batcher = batcher(vec![kv.clone()], 100);
-    let reads: Vec<Change> = (0..3)
+    let reads: Vec<Change> = (0..count)
         .map(|i| put(&kv, Op::Read, (1, i), i64::from(i), Some("read")))
         .collect();
-    assert!(
-        batcher
-            .push(reads_tx(vec![snapshot_rows(&reads)]))
-            .unwrap()
-            .is_empty()
-    );
+    let flushes = batcher.push(reads_tx(vec![snapshot_rows(&reads)])).unwrap();
+    assert!(flushes.is_empty());
+    (kv, batcher)
+}
+
+#[test]
+fn streamed_changes_after_snapshot_rows_commit_those_first() {
+    let (kv, mut batcher) = kv_with_reads(3);
     // The stream changes key 1: the rows read are not indexed by key, so
     // they are committed before the change that must win over one of them.
     let flushes = batcher
@@ -909,17 +911,7 @@ fn snapshot_rows_that_do_not_fit_their_table_are_refused() {
 
 #[test]
 fn a_column_added_after_snapshot_rows_leaves_them_their_shape() {
-    let kv = kv();
-    let mut batcher = batcher(vec![kv.clone()], 100);
-    let reads: Vec<Change> = (0..2)
-        .map(|i| put(&kv, Op::Read, (1, i), i64::from(i), Some("read")))
-        .collect();
-    assert!(
-        batcher
-            .push(reads_tx(vec![snapshot_rows(&reads)]))
-            .unwrap()
-            .is_empty()
-    );
+    let (_, mut batcher) = kv_with_reads(2);
     let wider = table(
         "t.kv",
         &[
