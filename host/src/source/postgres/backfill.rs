@@ -1,14 +1,19 @@
 //! The backfill: every table of the publication in name order, each in
 //! key order, read by one streaming `COPY ... TO STDOUT` per table. A reader
-//! thread turns its rows into changes and hands them on through a bounded
-//! channel, so the server goes on sending while the pipeline commits; every
-//! `chunk_rows` rows are one transaction for the pipeline.
+//! thread decodes its rows straight into Arrow arrays and hands them on in
+//! pieces through a bounded channel, so the server goes on sending while
+//! the pipeline commits; every `chunk_rows` rows are one transaction for
+//! the pipeline.
 
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use arrow_array::ArrayRef;
+use arrow_array::builder::{ArrayBuilder, BinaryBuilder, StringBuilder};
+use arrow_schema::DataType;
 use futures::StreamExt;
 use tokio_postgres::{CancelToken, Client};
 
@@ -17,12 +22,6 @@ use super::decode::{CopyLine, PgKind, decode, ident, literal};
 use super::keys::{KeyOrder, append_key_texts, decode_key_texts, encode_key_part};
 use super::session::classify;
 use super::table::Table;
-use std::sync::Arc;
-
-use arrow_array::ArrayRef;
-use arrow_array::builder::{ArrayBuilder, BinaryBuilder, StringBuilder};
-use arrow_schema::DataType;
-
 use crate::change::{SnapshotRows, Transaction, Value};
 use crate::position::Position;
 use crate::source::SourceError;
