@@ -4,9 +4,10 @@
 //! the stream (inserts, updates, deletes, an added array column), and
 //! DuckDB and pyiceberg must each return what Postgres itself returns for
 //! the same rows. A uuid-keyed table large enough for two backfill chunks
-//! checks that uuid keys page and resume. Values no Iceberg type holds (a
-//! numeric NaN, a two-dimensional array) stop the pipeline with an error
-//! naming the column.
+//! checks that uuid keys page and resume. A table of only the types the
+//! backfill reads in binary COPY takes that path with the same edge values.
+//! Values no Iceberg type holds (a numeric NaN, a two-dimensional array)
+//! stop the pipeline with an error naming the column.
 //!
 //! See docs/postgres.md, "Types", for the table this test stands behind.
 
@@ -85,6 +86,12 @@ CREATE TABLE public.typed (
     ints int4[], words text[], span interval
 );
 CREATE TABLE public.by_uuid (id uuid PRIMARY KEY, n int4 NOT NULL, tags text[]);
+CREATE TABLE public.plain (
+    id bigint PRIMARY KEY,
+    i2 int2, i4 int4, i8 int8, f8 float8, money numeric(12,2), free numeric, flag boolean,
+    body text, code varchar(20), fixed char(5), blob bytea, uid uuid,
+    day date, at time, ts timestamp, tstz timestamptz
+);
 "#;
 
 /// Rows read by the backfill: edge values, all nulls, empty arrays.
@@ -112,6 +119,9 @@ FROM generate_series(10, 300) g;
 INSERT INTO public.by_uuid
 SELECT md5('k' || g)::uuid, g, CASE WHEN g % 3 = 0 THEN ARRAY['a', NULL] END
 FROM generate_series(1, 12000) g;
+INSERT INTO public.plain
+SELECT id, i2, i4, i8, f8, money, free, flag, body, code, code, blob, uid, day, at, ts, tstz
+FROM public.typed;
 "#;
 
 /// Changes the stream carries: inserts, updates of every kind of column,
@@ -136,6 +146,42 @@ ALTER TABLE public.typed ADD COLUMN later int8[];
 INSERT INTO public.typed (id, later, words) VALUES (600, '{1,NULL,3}', '{a}');
 UPDATE public.typed SET later = '{}' WHERE id = 3;
 "#;
+
+/// A table of the types the backfill reads in binary COPY (every column's
+/// type has a binary reader, and its key prints the same either way), with
+/// the edge values of `typed` above.
+const PLAIN: &[(&str, &str, Form)] = &[
+    ("id", "id::text", Form::Plain),
+    ("i2", "i2::text", Form::Plain),
+    ("i4", "i4::text", Form::Plain),
+    ("i8", "i8::text", Form::Plain),
+    ("f8", "encode(float8send(f8), 'hex')", Form::Plain),
+    ("money", "money::text", Form::Decimal),
+    ("free", "free::text", Form::Decimal),
+    (
+        "flag",
+        "CASE WHEN flag THEN 'true' WHEN NOT flag THEN 'false' END",
+        Form::Plain,
+    ),
+    ("body", "body", Form::Plain),
+    ("code", "code::text", Form::Plain),
+    // char(n) keeps its padding; a cast to text drops it.
+    ("fixed", "rpad(fixed::text, 5)", Form::Plain),
+    ("blob", "encode(blob, 'hex')", Form::Plain),
+    ("uid", "uid::text", Form::Plain),
+    ("day", "(day - date '1970-01-01')::text", Form::Plain),
+    ("at", "at::text", Form::Time),
+    (
+        "ts",
+        "(extract(epoch FROM ts) * 1000000)::bigint::text",
+        Form::Plain,
+    ),
+    (
+        "tstz",
+        "(extract(epoch FROM tstz) * 1000000)::bigint::text",
+        Form::Plain,
+    ),
+];
 
 const BY_UUID: &[(&str, &str, Form)] = &[
     ("id", "id::text", Form::Plain),
@@ -295,7 +341,9 @@ fn python_str(s: &str) -> String {
 }
 
 /// Runs the example pipeline until it has caught up with Postgres.
-fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path) {
+/// Runs the example until caught up; what it said (with the backfill's
+/// debug lines).
+fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path) -> String {
     let example = common::workspace().join("examples/postgres-to-iceberg.yaml");
     // The components may be built outside the checkout (CARGO_TARGET_DIR).
     let plugin = common::plugin("weir-iceberg-sink");
@@ -308,9 +356,11 @@ fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path) {
             ("WAREHOUSE", lake.warehouse().as_str()),
             ("STATE_DIR", state.to_str().unwrap()),
             ("EXIT_WHEN_CAUGHT_UP", "true"),
+            ("WEIR_LOG", "info,weir::source::postgres::backfill=debug"),
         ],
     );
     assert!(out.status.success(), "weir run failed: {}", text(&out));
+    text(&out)
 }
 
 fn assert_readers_equal_postgres(
@@ -359,9 +409,17 @@ fn every_carried_type_round_trips_through_the_example_into_duckdb_and_pyiceberg(
     };
     let state = dir.path().join("state");
 
-    run_example(&pg, db, &lake, &state);
+    let said = run_example(&pg, db, &lake, &state);
+    for (table, format) in [("public.plain", "binary"), ("public.typed", "text")] {
+        assert!(
+            said.lines()
+                .any(|l| l.contains(&format!("in {format} COPY")) && l.contains(table)),
+            "{table} was not read in {format} COPY: {said}"
+        );
+    }
     assert_readers_equal_postgres(&pg, db, &lake, "public.typed", TYPED);
     assert_readers_equal_postgres(&pg, db, &lake, "public.by_uuid", BY_UUID);
+    assert_readers_equal_postgres(&pg, db, &lake, "public.plain", PLAIN);
 
     pg.sql(db, STREAM);
     run_example(&pg, db, &lake, &state);
@@ -416,6 +474,46 @@ fn a_numeric_nan_and_a_two_dimensional_array_stop_the_pipeline_naming_the_column
     for part in [
         "column sizes",
         "a 2-dimensional array; weir carries one-dimensional arrays only",
+    ] {
+        assert!(said.contains(part), "missing {part:?} in: {said}");
+    }
+}
+
+#[test]
+fn a_numeric_nan_read_in_binary_copy_stops_the_backfill_naming_the_row() {
+    let pg = cluster();
+    let db = "weir_types_refused_binary";
+    let dsn = pg.fresh_db(db);
+    // Every column's type is read in binary COPY (no array, as above).
+    pg.sql(
+        db,
+        "CREATE TABLE public.costs (id int8 PRIMARY KEY, cost numeric, at timestamptz);\n\
+         INSERT INTO public.costs VALUES (1, 1.5, now()), (2, 'NaN', now()), (3, 2, 'infinity');",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline =
+        PgPipeline::new(&dsn, &["public.costs"]).write(dir.path(), &dir.path().join("sink"));
+    let run = || {
+        let out = weir(
+            &["run", pipeline.to_str().unwrap()],
+            &[("WEIR_PG_EXIT", "true")],
+        );
+        (out.status.success(), text(&out))
+    };
+    let (ok, said) = run();
+    assert!(!ok, "a NaN numeric was carried: {said}");
+    for part in [
+        "table public.costs, column cost, row with key (id) = ('2')",
+        "numeric NaN has no decimal form",
+    ] {
+        assert!(said.contains(part), "missing {part:?} in: {said}");
+    }
+    pg.sql(db, "UPDATE public.costs SET cost = 2 WHERE id = 2;");
+    let (ok, said) = run();
+    assert!(!ok, "an infinite timestamptz was carried: {said}");
+    for part in [
+        "table public.costs, column at, row with key (id) = ('3')",
+        "timestamptz infinity has no equivalent",
     ] {
         assert!(said.contains(part), "missing {part:?} in: {said}");
     }

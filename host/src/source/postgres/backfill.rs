@@ -18,6 +18,9 @@ use futures::StreamExt;
 use tokio_postgres::{CancelToken, Client};
 
 use super::Context;
+use super::copy_binary::{
+    BinaryFields, BinaryRows, decode_binary, key_text, prints_key, reads_binary,
+};
 use super::decode::{CopyLine, PgKind, decode, ident, literal};
 use super::keys::{KeyOrder, append_key_texts, decode_key_texts, encode_key_part};
 use super::session::classify;
@@ -167,8 +170,13 @@ impl Backfill {
         let client = cx.session.shared_client("reading a table's backfill")?;
         let table = &cx.tables[t];
         self.check_still_in_snapshot(cx, table)?;
-        let sql = copy_sql(table, self.after_key.as_deref());
         let rows = RowReader::new(table);
+        let sql = copy_sql(table, self.after_key.as_deref(), rows.format);
+        let format = match rows.format {
+            CopyFormat::Text => "text",
+            CopyFormat::Binary => "binary",
+        };
+        tracing::debug!(table = %table.schema.name, "backfill reads the table in {format} COPY");
         let (pieces_in, pieces) = sync_channel(PIECES_AHEAD);
         let cancel = client.cancel_token();
         let rt = cx.session.runtime().clone();
@@ -392,23 +400,51 @@ async fn read_table(
         let mut stream = std::pin::pin!(stream);
         let commit_ts = now_micros();
         let mut bytes = 0;
-        while let Some(line) = stream.next().await {
-            let line = line.map_err(fail)?;
-            rows.read(&line)?;
+        // After each row: hands on the piece when it is due; false when the
+        // backfill stopped reading (so does this thread).
+        let mut row_read = |rows: &mut RowReader, bytes: &mut usize| {
             in_chunk += 1;
-            bytes += line.len();
             let chunk_end = in_chunk >= limit;
-            if chunk_end || bytes >= PIECE_BYTES || rows.len() >= PIECE_ROWS {
+            if chunk_end || *bytes >= PIECE_BYTES || rows.len() >= PIECE_ROWS {
                 let rows = rows.take(commit_ts);
                 if out.send(Piece::Rows { rows, chunk_end }).is_err() {
-                    // The backfill stopped reading: so does this thread.
-                    return Ok(false);
+                    return false;
                 }
                 if chunk_end {
                     in_chunk = 0;
                 }
-                bytes = 0;
+                *bytes = 0;
             }
+            true
+        };
+        let mut binary = (rows.format == CopyFormat::Binary).then(BinaryRows::default);
+        let malformed = |table: &Table, e: String| {
+            SourceError::Invalid(format!(
+                "table {}: the backfill's binary COPY: {e}",
+                table.info.qualified()
+            ))
+        };
+        while let Some(data) = stream.next().await {
+            let data = data.map_err(fail)?;
+            bytes += data.len();
+            let Some(binary) = &mut binary else {
+                // Text: the server sends a line per message.
+                rows.read(&data)?;
+                if !row_read(&mut rows, &mut bytes) {
+                    return Ok(false);
+                }
+                continue;
+            };
+            binary.push(data);
+            while let Some(fields) = binary.next_row().map_err(|e| malformed(&rows.table, e))? {
+                rows.read_binary(&fields)?;
+                if !row_read(&mut rows, &mut bytes) {
+                    return Ok(false);
+                }
+            }
+        }
+        if let Some(binary) = &binary {
+            binary.finish().map_err(|e| malformed(&rows.table, e))?;
         }
         if rows.len() > 0 {
             let rows = Piece::Rows {
@@ -439,9 +475,52 @@ enum KeyField {
     Extra(usize),
 }
 
+/// How the backfill's COPY sends a table's rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum CopyFormat {
+    Text,
+    /// When every column's type is one `copy_binary` reads, and every key
+    /// column's text form (kept in positions) follows from its value.
+    Binary,
+}
+
+impl CopyFormat {
+    fn of(table: &Table) -> CopyFormat {
+        let columns =
+            table
+                .info
+                .columns
+                .iter()
+                .zip(&table.schema.columns)
+                .all(|(column, declared)| {
+                    reads_binary(column.type_oid, &column.kind)
+                        && (column.kind != PgKind::Text || declared.data_type == DataType::Utf8)
+                });
+        let (_, fields) = selected(table, CopyFormat::Text);
+        let keys =
+            fields
+                .iter()
+                .zip(table.key_orders())
+                .all(|(field, order)| match (field, order) {
+                    (KeyField::Column(_), KeyOrder::Native(kind)) => prints_key(&kind),
+                    // A text column's bytes, or an expression selected as text.
+                    _ => true,
+                });
+        if columns && keys {
+            CopyFormat::Binary
+        } else {
+            CopyFormat::Text
+        }
+    }
+}
+
 /// Every column, then the key expressions a column's own field cannot
-/// stand for; and where each key column's text is.
-fn selected(table: &Table) -> (Vec<String>, Vec<KeyField>) {
+/// stand for (as text, in binary); and where each key column's text is.
+fn selected(table: &Table, format: CopyFormat) -> (Vec<String>, Vec<KeyField>) {
+    let extra = |expr: String| match format {
+        CopyFormat::Text => expr,
+        CopyFormat::Binary => format!("({expr})::text"),
+    };
     let width = table.info.columns.len();
     let mut select: Vec<String> = table
         .info
@@ -451,7 +530,7 @@ fn selected(table: &Table) -> (Vec<String>, Vec<KeyField>) {
         .collect();
     let exprs = table.key_order_exprs();
     if table.info.key.is_empty() {
-        select.extend(exprs);
+        select.extend(exprs.into_iter().map(extra));
         return (select, vec![KeyField::Extra(width)]);
     }
     let mut fields = Vec::new();
@@ -467,17 +546,17 @@ fn selected(table: &Table) -> (Vec<String>, Vec<KeyField>) {
             fields.push(KeyField::Column(c));
         } else {
             fields.push(KeyField::Extra(select.len()));
-            select.push(expr);
+            select.push(extra(expr));
         }
     }
     (select, fields)
 }
 
 /// `COPY (SELECT every column, then the key expressions it needs ... WHERE
-/// (key) > (after) ORDER BY key) TO STDOUT`.
-fn copy_sql(table: &Table, after_key: Option<&[String]>) -> String {
+/// (key) > (after) ORDER BY key) TO STDOUT`, in `format`.
+fn copy_sql(table: &Table, after_key: Option<&[String]>, format: CopyFormat) -> String {
     let key_exprs = table.key_order_exprs();
-    let (select, _) = selected(table);
+    let (select, _) = selected(table, format);
     // The publication's row filter: rows outside it never stream, so a
     // backfilled one would stay in the sinks however Postgres changes it.
     let mut conditions: Vec<String> = table
@@ -498,8 +577,12 @@ fn copy_sql(table: &Table, after_key: Option<&[String]>) -> String {
     } else {
         format!(" WHERE {}", conditions.join(" AND "))
     };
+    let with = match format {
+        CopyFormat::Text => "",
+        CopyFormat::Binary => " WITH (FORMAT binary)",
+    };
     format!(
-        "COPY (SELECT {} FROM {} AS w{filter} ORDER BY {}) TO STDOUT",
+        "COPY (SELECT {} FROM {} AS w{filter} ORDER BY {}) TO STDOUT{with}",
         select.join(", "),
         table.info.sql_name(),
         key_exprs.join(", "),
@@ -520,11 +603,14 @@ enum ColumnRows {
 struct RowReader {
     /// The table as the backfill started it.
     table: Table,
+    format: CopyFormat,
     orders: Vec<KeyOrder>,
     key_fields: Vec<KeyField>,
     /// Fields a line must have.
     expected: usize,
     line: CopyLine,
+    /// A binary row's key texts, made from its values.
+    key_texts: Vec<String>,
     key: Vec<u8>,
     position: Vec<u8>,
     columns: Vec<ColumnRows>,
@@ -535,7 +621,8 @@ struct RowReader {
 
 impl RowReader {
     fn new(table: &Table) -> RowReader {
-        let (select, key_fields) = selected(table);
+        let format = CopyFormat::of(table);
+        let (select, key_fields) = selected(table, format);
         let columns = table
             .info
             .columns
@@ -556,7 +643,9 @@ impl RowReader {
                 append: table.append,
                 departed: table.departed,
             },
+            format,
             orders: table.key_orders(),
+            key_texts: vec![String::new(); key_fields.len()],
             key_fields,
             expected: select.len(),
             line: CopyLine::default(),
@@ -659,6 +748,97 @@ impl RowReader {
         Ok(())
     }
 
+    /// Adds the row of a binary COPY. After an error the reader is left
+    /// half-way through a row and must not be used again.
+    fn read_binary(&mut self, fields: &BinaryFields) -> Result<(), SourceError> {
+        self.number += 1;
+        let table = &self.table;
+        if fields.len() != self.expected {
+            return Err(SourceError::Invalid(format!(
+                "table {}: row {} of the backfill has {} fields where the query selects {}",
+                table.info.qualified(),
+                self.number,
+                fields.len(),
+                self.expected,
+            )));
+        }
+        let invalid = |why: String| {
+            SourceError::Invalid(format!(
+                "table {}: row {} of the backfill: {why}",
+                table.info.qualified(),
+                self.number
+            ))
+        };
+        // The key's texts first, so that an error names the row.
+        for ((text, field), order) in self
+            .key_texts
+            .iter_mut()
+            .zip(&self.key_fields)
+            .zip(&self.orders)
+        {
+            let (KeyField::Column(i) | KeyField::Extra(i)) = *field;
+            let bytes = fields.get(i).ok_or_else(|| invalid("a null key".into()))?;
+            match order {
+                KeyOrder::Native(kind) => {
+                    let value = decode_binary(kind, bytes).map_err(&invalid)?;
+                    key_text(&value, text);
+                }
+                _ => {
+                    text.clear();
+                    text.push_str(
+                        std::str::from_utf8(bytes)
+                            .map_err(|e| invalid(format!("a key that is not UTF-8 ({e})")))?,
+                    );
+                }
+            }
+        }
+        let key_texts = &self.key_texts;
+        let refused = |c: usize, why: &str| {
+            let key: Vec<Option<&str>> = key_texts.iter().map(|t| Some(t.as_str())).collect();
+            table.value_refused(c, why, &key)
+        };
+        for (c, (column, rows)) in table.info.columns.iter().zip(&mut self.columns).enumerate() {
+            let bytes = fields.get(c);
+            match rows {
+                ColumnRows::Text(builder) => match bytes {
+                    None => builder.append_null(),
+                    Some(bytes) => builder.append_value(
+                        std::str::from_utf8(bytes)
+                            .map_err(|e| refused(c, &format!("text that is not UTF-8 ({e})")))?,
+                    ),
+                },
+                ColumnRows::Values(values) => {
+                    let value = match bytes {
+                        None => Value::Null,
+                        Some(bytes) => {
+                            decode_binary(&column.kind, bytes).map_err(|why| refused(c, &why))?
+                        }
+                    };
+                    let declared = &table.schema.columns[c].data_type;
+                    crate::batch::fits(&value, declared).map_err(|why| refused(c, &why))?;
+                    values.push(value);
+                }
+            }
+        }
+        self.key.clear();
+        for ((order, field), text) in self.orders.iter().zip(&self.key_fields).zip(key_texts) {
+            let value = match (order, field) {
+                (KeyOrder::Native(_), KeyField::Column(c)) => match &self.columns[*c] {
+                    ColumnRows::Values(values) => values.last(),
+                    ColumnRows::Text(_) => None,
+                },
+                _ => None,
+            };
+            encode_key_part(order, value, text, &mut self.key).map_err(|e| {
+                SourceError::Invalid(format!("table {}: key: {e}", table.info.qualified()))
+            })?;
+        }
+        append_key_texts(key_texts.iter().map(String::as_str), &mut self.key);
+        Position::write_snapshot(&table.schema.name, &self.key, &mut self.position);
+        self.positions.append_value(&self.position);
+        Ok(())
+    }
+
     /// The rows read since the last call, as snapshot rows read at
     /// `commit_ts`; the buffers start again empty.
     fn take(&mut self, commit_ts: i64) -> SnapshotRows {
@@ -746,14 +926,191 @@ mod tests {
     #[test]
     fn a_table_is_read_after_the_last_key_in_key_order_in_one_query() {
         assert_eq!(
-            copy_sql(&docs(), None),
+            copy_sql(&docs(), None, CopyFormat::Text),
             "COPY (SELECT w.\"id\", w.\"title\" FROM \"public\".\"docs\" AS w ORDER BY w.\"id\") \
              TO STDOUT"
         );
         assert_eq!(
-            copy_sql(&docs(), Some(&["7".to_string()])),
+            copy_sql(&docs(), Some(&["7".to_string()]), CopyFormat::Text),
             "COPY (SELECT w.\"id\", w.\"title\" FROM \"public\".\"docs\" AS w \
              WHERE (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\") TO STDOUT"
+        );
+    }
+
+    /// A binary COPY's data: header, `rows` (each field's bytes, None for
+    /// NULL), trailer.
+    fn binary_copy(rows: &[Vec<Option<Vec<u8>>>]) -> Vec<u8> {
+        let mut b = b"PGCOPY\n\xff\r\n\0".to_vec();
+        b.extend_from_slice(&[0; 8]);
+        for row in rows {
+            b.extend_from_slice(&(row.len() as u16).to_be_bytes());
+            for field in row {
+                match field {
+                    Some(bytes) => {
+                        b.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+                        b.extend_from_slice(bytes);
+                    }
+                    None => b.extend_from_slice(&u32::MAX.to_be_bytes()),
+                }
+            }
+        }
+        b.extend_from_slice(&u16::MAX.to_be_bytes());
+        b
+    }
+
+    /// The rows of a binary COPY's `data`, as [`read`] gives them.
+    fn read_binary(table: &Table, data: &[u8]) -> Result<Vec<Change>, SourceError> {
+        let mut reader = RowReader::new(table);
+        assert_eq!(reader.format, CopyFormat::Binary);
+        let mut rows = BinaryRows::default();
+        rows.push(bytes::Bytes::copy_from_slice(data));
+        while let Some(fields) = rows.next_row().map_err(SourceError::Invalid)? {
+            reader.read_binary(&fields)?;
+        }
+        rows.finish().map_err(SourceError::Invalid)?;
+        let mut changes = Vec::new();
+        let piece = reader.take(5);
+        for row in 0..piece.len() {
+            changes.push(Change {
+                table: piece.table.clone(),
+                op: Op::Read,
+                pos: piece.position(row),
+                commit_ts_micros: piece.commit_ts_micros,
+                snapshot: true,
+                values: piece
+                    .columns
+                    .iter()
+                    .map(|c| crate::batch::value_at(c.as_ref(), row))
+                    .collect(),
+            });
+        }
+        Ok(changes)
+    }
+
+    fn many_types() -> Table {
+        table_of(
+            "public.many",
+            vec![
+                column("id", PgKind::Int64, "bigint"),
+                column("title", PgKind::Text, "text"),
+                column(
+                    "price",
+                    PgKind::Decimal {
+                        precision: 12,
+                        scale: 2,
+                    },
+                    "numeric(12,2)",
+                ),
+                column("at", PgKind::TimestampTz, "timestamp with time zone"),
+                column("day", PgKind::Date, "date"),
+                column("ok", PgKind::Bool, "boolean"),
+                column("ratio", PgKind::Float64, "double precision"),
+                column("raw", PgKind::Bytea, "bytea"),
+                column("n", PgKind::Int32, "integer"),
+            ],
+            vec![0],
+        )
+    }
+
+    #[test]
+    fn a_binary_copy_reads_as_its_text_copy_does() {
+        let table = many_types();
+        let text = read(
+            &table,
+            b"1\ta\\tb\t-12.50\t2024-01-01 00:00:00.000001+00\t1999-12-31\tt\t1.5\t\\\\x0102\t-3\n\
+              2\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N\n",
+        )
+        .unwrap();
+        // -12.50: base-10000 digits [12, 5000], weight 0, negative, dscale 2.
+        let numeric = [0, 2, 0, 0, 0x40, 0, 0, 2, 0, 12, 0x13, 0x88].to_vec();
+        // 2024-01-01 is 8766 days after 2000-01-01.
+        let micros: i64 = 8766 * 86_400_000_000 + 1;
+        let data = binary_copy(&[
+            vec![
+                Some(1i64.to_be_bytes().to_vec()),
+                Some(b"a\tb".to_vec()),
+                Some(numeric),
+                Some(micros.to_be_bytes().to_vec()),
+                Some((-1i32).to_be_bytes().to_vec()),
+                Some(vec![1]),
+                Some(1.5f64.to_be_bytes().to_vec()),
+                Some(vec![1, 2]),
+                Some((-3i32).to_be_bytes().to_vec()),
+            ],
+            std::iter::once(Some(2i64.to_be_bytes().to_vec()))
+                .chain(std::iter::repeat_n(None, 8))
+                .collect(),
+        ]);
+        let binary = read_binary(&table, &data).unwrap();
+        assert_eq!(binary.len(), 2);
+        assert_eq!(binary[0].values, text[0].values);
+        assert_eq!(binary[1].values, text[1].values);
+        // The same positions: the key's text form is the same.
+        assert_eq!(binary[0].pos, text[0].pos);
+        assert_eq!(binary[1].pos, text[1].pos);
+    }
+
+    #[test]
+    fn a_binary_value_that_cannot_be_carried_names_its_row() {
+        let table = many_types();
+        let mut row: Vec<Option<Vec<u8>>> = vec![None; 9];
+        row[0] = Some(7i64.to_be_bytes().to_vec());
+        // numeric NaN.
+        row[2] = Some(vec![0, 0, 0, 0, 0xC0, 0, 0, 0]);
+        let e = read_binary(&table, &binary_copy(&[row]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("column price, row with key (id) = ('7')")
+                && e.contains("numeric NaN has no decimal form"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn binary_is_chosen_only_where_every_column_and_key_text_follow_from_it() {
+        assert_eq!(CopyFormat::of(&many_types()), CopyFormat::Binary);
+        assert_eq!(
+            copy_sql(&docs(), None, CopyFormat::Binary),
+            "COPY (SELECT w.\"id\", w.\"title\" FROM \"public\".\"docs\" AS w ORDER BY w.\"id\") \
+             TO STDOUT WITH (FORMAT binary)"
+        );
+        // An array column: text.
+        let tags = table_of(
+            "public.tags",
+            vec![
+                column("id", PgKind::Int64, "bigint"),
+                column("tags", PgKind::Array(Box::new(PgKind::Int32)), "integer[]"),
+            ],
+            vec![0],
+        );
+        assert_eq!(CopyFormat::of(&tags), CopyFormat::Text);
+        // A timestamptz key prints by the session's settings: text.
+        let events = table_of(
+            "public.events",
+            vec![column(
+                "at",
+                PgKind::TimestampTz,
+                "timestamp with time zone",
+            )],
+            vec![0],
+        );
+        assert_eq!(CopyFormat::of(&events), CopyFormat::Text);
+        // No key: ctid, selected as text.
+        let log = table_of(
+            "public.log",
+            vec![column("body", PgKind::Text, "text")],
+            vec![],
+        );
+        assert_eq!(CopyFormat::of(&log), CopyFormat::Binary);
+        let (select, _) = selected(&log, CopyFormat::Binary);
+        assert_eq!(select[1], "(w.ctid)::text");
+        let data = binary_copy(&[vec![Some(b"x".to_vec()), Some(b"(0,4)".to_vec())]]);
+        let rows = read_binary(&log, &data).unwrap();
+        let (_, key) = rows[0].pos.as_snapshot().unwrap();
+        assert_eq!(
+            decode_key_texts(&log.key_orders(), key),
+            Some(vec!["(0,4)".to_string()])
         );
     }
 
@@ -762,7 +1119,7 @@ mod tests {
         let mut table = docs();
         table.info.row_filter = Some("(title <> 'secret'::text)".into());
         assert_eq!(
-            copy_sql(&table, Some(&["7".to_string()])),
+            copy_sql(&table, Some(&["7".to_string()]), CopyFormat::Text),
             "COPY (SELECT w.\"id\", w.\"title\" FROM \"public\".\"docs\" AS w \
              WHERE ((title <> 'secret'::text)) AND (w.\"id\") > ('7'::bigint) ORDER BY w.\"id\") \
              TO STDOUT"
@@ -776,7 +1133,7 @@ mod tests {
             vec![column("body", PgKind::Text, "text")],
             vec![],
         );
-        let sql = copy_sql(&log, Some(&["(0,3)".to_string()]));
+        let sql = copy_sql(&log, Some(&["(0,3)".to_string()]), CopyFormat::Text);
         assert!(
             sql.starts_with("COPY (SELECT w.\"body\", w.ctid FROM")
                 && sql.contains("WHERE (w.ctid) > ('(0,3)'::tid) ORDER BY w.ctid"),
@@ -801,7 +1158,7 @@ mod tests {
             ],
             vec![0, 1, 2],
         );
-        let (select, fields) = selected(&codes);
+        let (select, fields) = selected(&codes, CopyFormat::Text);
         assert_eq!(
             select[3..],
             ["(w.\"code\"::text) COLLATE \"C\"".to_string()]

@@ -12,6 +12,7 @@
 mod backfill;
 mod catalog;
 mod config;
+mod copy_binary;
 pub mod decode;
 mod decoder;
 mod keys;

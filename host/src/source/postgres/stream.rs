@@ -228,8 +228,15 @@ impl Stream {
             // The client's own timer sends it: let its runtime wait on that
             // rather than pace.
             cx.reader.set_flowing(false);
-            let due = (at + cx.config.status_interval() + Duration::from_millis(200))
-                .min(Instant::now() + Duration::from_secs(5));
+            // The update goes out within `status_interval` of the last one
+            // (by `at` plus that, at the latest). The wait is bounded from
+            // now as well: on a loaded machine the run may reach its end
+            // after that moment, and the server must still be asked once.
+            let now = Instant::now();
+            let due = (at + cx.config.status_interval())
+                .max(now)
+                .min(now + Duration::from_secs(4))
+                + Duration::from_secs(1);
             let sent = client.metrics();
             let slot = cx.config.slot.clone();
             let server_has = |session: &mut Session| {
@@ -240,10 +247,14 @@ impl Stream {
                     })
                 })
             };
+            let mut confirmed = false;
             while client.is_running() && Instant::now() < due {
                 if sent.last_applied_lsn() >= Lsn::from_u64(self.acked) {
                     match server_has(&mut cx.session) {
-                        Ok(Some(info)) if info.confirmed_flush >= Some(self.acked) => break,
+                        Ok(Some(info)) if info.confirmed_flush >= Some(self.acked) => {
+                            confirmed = true;
+                            break;
+                        }
                         Ok(_) => {}
                         // A server that is away has the update or not; the
                         // deadline bounds the wait either way.
@@ -251,6 +262,14 @@ impl Stream {
                     }
                 }
                 std::thread::sleep(Duration::from_millis(1));
+            }
+            if !confirmed {
+                tracing::info!(
+                    acknowledged = %catalog::format_lsn(self.acked),
+                    "the server had not confirmed the last acknowledgement when the stream \
+                     ended: the next run receives the changes after the slot's confirmed \
+                     position again, and skips those the sinks hold"
+                );
             }
         }
         if let Some(mut client) = self.client.take() {

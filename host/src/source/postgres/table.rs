@@ -169,16 +169,20 @@ impl Table {
         key: &[Option<&str>],
     ) -> Result<crate::change::Value, SourceError> {
         let c = &self.info.columns[column];
-        super::decode::decode(&c.kind, text).map_err(|why| {
-            SourceError::Invalid(format!(
-                "table {}, column {}, row {}: {why}. The pipeline stops rather than write \
-                 another value: change the row in Postgres, or leave the column out of the \
-                 publication, and run again",
-                self.schema.name,
-                c.name,
-                self.row_name(key)
-            ))
-        })
+        super::decode::decode(&c.kind, text).map_err(|why| self.value_refused(column, &why, key))
+    }
+
+    /// A value of `column` that cannot be carried, `why`, in the row with
+    /// key texts `key`.
+    pub fn value_refused(&self, column: usize, why: &str, key: &[Option<&str>]) -> SourceError {
+        SourceError::Invalid(format!(
+            "table {}, column {}, row {}: {why}. The pipeline stops rather than write another \
+             value: change the row in Postgres, or leave the column out of the publication, \
+             and run again",
+            self.schema.name,
+            self.info.columns[column].name,
+            self.row_name(key)
+        ))
     }
 
     /// `with key (id, name) = ('5', 'x')`: the row, as a reader finds it.
