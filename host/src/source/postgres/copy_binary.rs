@@ -121,10 +121,6 @@ impl BinaryFields<'_> {
         self.ranges.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
-
     /// Field `i` (None for NULL); panics past [`BinaryFields::len`].
     pub fn get(&self, i: usize) -> Option<&[u8]> {
         self.ranges[i].clone().map(|r| &self.data[r])
