@@ -677,14 +677,9 @@ impl RowReader {
             ))
         })?;
         if fields.len() != self.expected {
-            return Err(SourceError::Invalid(format!(
-                "table {}: line {} of the backfill has {} fields where the query selects {}: {:?}",
-                table.info.qualified(),
-                self.number,
-                fields.len(),
-                self.expected,
-                String::from_utf8_lossy(text)
-            )));
+            let got = fields.len();
+            let line = format!(": {:?}", String::from_utf8_lossy(text));
+            return Err(self.wrong_width("line", got, &line));
         }
         let key_text = |k: &KeyField| match *k {
             KeyField::Column(i) | KeyField::Extra(i) => fields.get(i),
@@ -723,8 +718,35 @@ impl RowReader {
                 }
             }
         }
+        for (text, field) in self.key_texts.iter_mut().zip(&self.key_fields) {
+            text.clear();
+            text.push_str(key_text(field).unwrap_or_default());
+        }
+        self.add_position()
+    }
+
+    /// A `line` (text) or `row` (binary) of `got` fields, `shown` after
+    /// the count, where the query selects another number.
+    fn wrong_width(&self, unit: &str, got: usize, shown: &str) -> SourceError {
+        SourceError::Invalid(format!(
+            "table {}: {unit} {} of the backfill has {got} fields where the query selects {}{shown}",
+            self.table.info.qualified(),
+            self.number,
+            self.expected,
+        ))
+    }
+
+    /// Adds the position of the row just read: its key, encoded from the
+    /// key columns' values where the order is theirs, else from
+    /// `key_texts`, then those texts.
+    fn add_position(&mut self) -> Result<(), SourceError> {
         self.key.clear();
-        for (order, field) in self.orders.iter().zip(&self.key_fields) {
+        let key = self
+            .orders
+            .iter()
+            .zip(&self.key_fields)
+            .zip(&self.key_texts);
+        for ((order, field), text) in key {
             let value = match (order, field) {
                 (KeyOrder::Native(_), KeyField::Column(c)) => match &self.columns[*c] {
                     ColumnRows::Values(values) => values.last(),
@@ -732,18 +754,12 @@ impl RowReader {
                 },
                 _ => None,
             };
-            let text = key_text(field).unwrap_or_default();
             encode_key_part(order, value, text, &mut self.key).map_err(|e| {
-                SourceError::Invalid(format!("table {}: key: {e}", table.info.qualified()))
+                SourceError::Invalid(format!("table {}: key: {e}", self.table.info.qualified()))
             })?;
         }
-        append_key_texts(
-            self.key_fields
-                .iter()
-                .map(|k| key_text(k).unwrap_or_default()),
-            &mut self.key,
-        );
-        Position::write_snapshot(&table.schema.name, &self.key, &mut self.position);
+        append_key_texts(self.key_texts.iter().map(String::as_str), &mut self.key);
+        Position::write_snapshot(&self.table.schema.name, &self.key, &mut self.position);
         self.positions.append_value(&self.position);
         Ok(())
     }
@@ -752,16 +768,10 @@ impl RowReader {
     /// half-way through a row and must not be used again.
     fn read_binary(&mut self, fields: &BinaryFields) -> Result<(), SourceError> {
         self.number += 1;
-        let table = &self.table;
         if fields.len() != self.expected {
-            return Err(SourceError::Invalid(format!(
-                "table {}: row {} of the backfill has {} fields where the query selects {}",
-                table.info.qualified(),
-                self.number,
-                fields.len(),
-                self.expected,
-            )));
+            return Err(self.wrong_width("row", fields.len(), ""));
         }
+        let table = &self.table;
         let invalid = |why: String| {
             SourceError::Invalid(format!(
                 "table {}: row {} of the backfill: {why}",
@@ -820,23 +830,7 @@ impl RowReader {
                 }
             }
         }
-        self.key.clear();
-        for ((order, field), text) in self.orders.iter().zip(&self.key_fields).zip(key_texts) {
-            let value = match (order, field) {
-                (KeyOrder::Native(_), KeyField::Column(c)) => match &self.columns[*c] {
-                    ColumnRows::Values(values) => values.last(),
-                    ColumnRows::Text(_) => None,
-                },
-                _ => None,
-            };
-            encode_key_part(order, value, text, &mut self.key).map_err(|e| {
-                SourceError::Invalid(format!("table {}: key: {e}", table.info.qualified()))
-            })?;
-        }
-        append_key_texts(key_texts.iter().map(String::as_str), &mut self.key);
-        Position::write_snapshot(&table.schema.name, &self.key, &mut self.position);
-        self.positions.append_value(&self.position);
-        Ok(())
+        self.add_position()
     }
 
     /// The rows read since the last call, as snapshot rows read at
