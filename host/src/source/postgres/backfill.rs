@@ -901,7 +901,12 @@ mod tests {
         }
         let rows = reader.take(5);
         assert!(reader.take(6).is_empty(), "a piece takes every row read");
-        Ok((0..rows.len())
+        Ok(changes_of(&rows))
+    }
+
+    /// Each row of a piece, read back from its arrays as a change.
+    fn changes_of(rows: &SnapshotRows) -> Vec<Change> {
+        (0..rows.len())
             .map(|row| Change {
                 table: rows.table.clone(),
                 op: Op::Read,
@@ -914,7 +919,7 @@ mod tests {
                     .map(|c| crate::batch::value_at(c.as_ref(), row))
                     .collect(),
             })
-            .collect())
+            .collect()
     }
 
     #[test]
@@ -962,23 +967,15 @@ mod tests {
             reader.read_binary(&fields)?;
         }
         rows.finish().map_err(SourceError::Invalid)?;
-        let mut changes = Vec::new();
-        let piece = reader.take(5);
-        for row in 0..piece.len() {
-            changes.push(Change {
-                table: piece.table.clone(),
-                op: Op::Read,
-                pos: piece.position(row),
-                commit_ts_micros: piece.commit_ts_micros,
-                snapshot: true,
-                values: piece
-                    .columns
-                    .iter()
-                    .map(|c| crate::batch::value_at(c.as_ref(), row))
-                    .collect(),
-            });
-        }
-        Ok(changes)
+        Ok(changes_of(&reader.take(5)))
+    }
+
+    fn money(name: &str) -> PgColumn {
+        let kind = PgKind::Decimal {
+            precision: 12,
+            scale: 2,
+        };
+        column(name, kind, "numeric(12,2)")
     }
 
     fn many_types() -> Table {
@@ -987,14 +984,7 @@ mod tests {
             vec![
                 column("id", PgKind::Int64, "bigint"),
                 column("title", PgKind::Text, "text"),
-                column(
-                    "price",
-                    PgKind::Decimal {
-                        precision: 12,
-                        scale: 2,
-                    },
-                    "numeric(12,2)",
-                ),
+                money("price"),
                 column("at", PgKind::TimestampTz, "timestamp with time zone"),
                 column("day", PgKind::Date, "date"),
                 column("ok", PgKind::Bool, "boolean"),
@@ -1205,17 +1195,7 @@ mod tests {
     fn a_value_no_column_type_can_hold_names_its_column_and_row() {
         let table = table_of(
             "public.prices",
-            vec![
-                column("sku", PgKind::Text, "text"),
-                column(
-                    "price",
-                    PgKind::Decimal {
-                        precision: 12,
-                        scale: 2,
-                    },
-                    "numeric(12,2)",
-                ),
-            ],
+            vec![column("sku", PgKind::Text, "text"), money("price")],
             vec![0],
         );
         let err = read(&table, b"a'1\tNaN\n").unwrap_err();

@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use super::decode::PgKind;
+use super::decode::{PgKind, end_of_day, infinite, not_finite_numeric, unfit_decimal};
 use crate::change::Value;
 
 /// What a binary COPY starts with, before its flags and header extension.
@@ -299,9 +299,7 @@ pub fn decode_binary(kind: &PgKind, b: &[u8]) -> Result<Value, String> {
             sized(8, "time")?;
             let micros = i64::from_be_bytes(b.try_into().expect("8 bytes"));
             if micros == DAY_MICROS {
-                return Err(
-                    "time 24:00:00 is the end of the day, which Iceberg's time cannot hold".into(),
-                );
+                return Err(end_of_day("24:00:00"));
             }
             if !(0..DAY_MICROS).contains(&micros) {
                 return Err(format!(
@@ -335,13 +333,6 @@ pub fn decode_binary(kind: &PgKind, b: &[u8]) -> Result<Value, String> {
     })
 }
 
-fn infinite(type_name: &str, text: &str) -> String {
-    format!(
-        "{type_name} {text} has no equivalent in Arrow or Iceberg (a sentinel date would \
-         read back as a real one)"
-    )
-}
-
 /// A binary numeric as the unscaled value of a decimal(`precision`,
 /// `scale`), when it is one exactly.
 fn numeric(b: &[u8], precision: u8, scale: i8) -> Result<i128, String> {
@@ -371,18 +362,13 @@ fn numeric(b: &[u8], precision: u8, scale: i8) -> Result<i128, String> {
                 0xD000 => "Infinity",
                 _ => "-Infinity",
             };
-            return Err(format!(
-                "numeric {text} has no decimal form (Arrow and Iceberg decimals hold finite \
-                 numbers only)"
-            ));
+            return Err(not_finite_numeric(text));
         }
         _ => return Err(format!("a binary numeric with sign {sign:#x}")),
     };
     let unfit = || {
-        format!(
-            "numeric {} does not fit decimal({precision}, {scale}) exactly",
-            numeric_text(negative, weight, dscale, &digits)
-        )
+        let text = numeric_text(negative, weight, dscale, &digits);
+        unfit_decimal(&text, precision, scale)
     };
     let scale = i32::from(scale.max(0));
     let mut value: i128 = 0;

@@ -148,19 +148,11 @@ pub fn decode(kind: &PgKind, text: &str) -> Result<Value, String> {
         }),
         PgKind::Decimal { precision, scale } => {
             if matches!(text, "NaN" | "Infinity" | "-Infinity") {
-                return Err(format!(
-                    "numeric {text} has no decimal form (Arrow and Iceberg decimals hold finite \
-                     numbers only)"
-                ));
+                return Err(not_finite_numeric(text));
             }
             let value = parse_decimal(text, *scale)
                 .filter(|v| v.unsigned_abs() < 10u128.pow(u32::from(*precision)))
-                .ok_or_else(|| {
-                    format!(
-                        "numeric {} does not fit decimal({precision}, {scale}) exactly",
-                        clip(text)
-                    )
-                })?;
+                .ok_or_else(|| unfit_decimal(&clip(text), *precision, *scale))?;
             Value::Decimal128(value)
         }
         PgKind::Bytea => Value::Binary(parse_bytea(text).ok_or_else(|| bad("hex bytea"))?),
@@ -171,7 +163,7 @@ pub fn decode(kind: &PgKind, text: &str) -> Result<Value, String> {
         }),
         PgKind::Time => Value::Int64(parse_time(text).ok_or_else(|| {
             if text.starts_with("24:") {
-                format!("time {text} is the end of the day, which Iceberg's time cannot hold")
+                end_of_day(text)
             } else {
                 bad("time")
             }
@@ -206,11 +198,28 @@ pub fn decode(kind: &PgKind, text: &str) -> Result<Value, String> {
     })
 }
 
-fn infinite(type_name: &str, text: &str) -> String {
+// Why a value cannot be carried, in the same words whether it came as text
+// or in binary COPY (`copy_binary.rs`).
+
+pub(super) fn infinite(type_name: &str, text: &str) -> String {
     format!(
         "{type_name} {text} has no equivalent in Arrow or Iceberg (a sentinel date would \
          read back as a real one)"
     )
+}
+
+pub(super) fn not_finite_numeric(text: &str) -> String {
+    format!(
+        "numeric {text} has no decimal form (Arrow and Iceberg decimals hold finite numbers only)"
+    )
+}
+
+pub(super) fn unfit_decimal(text: &str, precision: u8, scale: i8) -> String {
+    format!("numeric {text} does not fit decimal({precision}, {scale}) exactly")
+}
+
+pub(super) fn end_of_day(text: &str) -> String {
+    format!("time {text} is the end of the day, which Iceberg's time cannot hold")
 }
 
 /// The number of dimensions an array's text form has: its leading braces
