@@ -56,8 +56,24 @@ pub fn restart_cluster() {
 }
 
 impl Pg {
+    /// Over loopback TCP, unless `WEIR_PG_HOST` names another host or the
+    /// cluster's socket directory (to run a test or the benchmark over the
+    /// Unix socket: see `unix_dsn`).
     pub fn dsn(&self, db: &str) -> String {
-        format!("host=127.0.0.1 port={} user=weir dbname={db}", self.port)
+        let host = std::env::var("WEIR_PG_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+        format!("host={host} port={} user=weir dbname={db}", self.port)
+    }
+
+    /// The same database by way of the cluster's Unix socket, as a weir on
+    /// the database's own host would connect.
+    pub fn unix_dsn(&self, db: &str) -> String {
+        let dirs = self.value("weir", "SHOW unix_socket_directories");
+        let dir = dirs.split(',').next().unwrap_or_default().trim();
+        assert!(
+            dir.starts_with('/'),
+            "the cluster has no Unix socket directory: {dirs:?}"
+        );
+        format!("host={dir} port={} user=weir dbname={db}", self.port)
     }
 
     /// A fresh database (and no slot left from an earlier run of the test).
