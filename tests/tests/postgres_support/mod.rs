@@ -61,6 +61,10 @@ impl Pg {
     /// Unix socket: see `unix_dsn`).
     pub fn dsn(&self, db: &str) -> String {
         let host = std::env::var("WEIR_PG_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+        self.dsn_at(&host, db)
+    }
+
+    fn dsn_at(&self, host: &str, db: &str) -> String {
         format!("host={host} port={} user=weir dbname={db}", self.port)
     }
 
@@ -73,7 +77,7 @@ impl Pg {
             dir.starts_with('/'),
             "the cluster has no Unix socket directory: {dirs:?}"
         );
-        format!("host={dir} port={} user=weir dbname={db}", self.port)
+        self.dsn_at(dir, db)
     }
 
     /// A fresh database (and no slot left from an earlier run of the test).
