@@ -10,8 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use weir::runtime::Limits;
-use weir::runtime::network::SinkNetwork;
+use weir_runtime::Limits;
+use weir_runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;

@@ -38,9 +38,9 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use weir::position::Position;
-use weir::runtime::network::SinkNetwork;
-use weir::runtime::{BatchHeader, CommitRequest, Limits, SinkInstance, TableDescription};
+use weir_core::position::Position;
+use weir_runtime::network::SinkNetwork;
+use weir_runtime::{BatchHeader, CommitRequest, Limits, SinkInstance, TableDescription};
 use weir_sdk::native::encode_ipc;
 
 // Only the in-process host: the generator's batches are not used here.

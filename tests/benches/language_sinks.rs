@@ -14,8 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-use weir::runtime::Limits;
-use weir::runtime::network::SinkNetwork;
+use weir_runtime::Limits;
+use weir_runtime::network::SinkNetwork;
 
 // Shared with sink_overhead, whose native runner this benchmark does not use.
 #[allow(dead_code)]

@@ -47,10 +47,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
-use weir::change::Op;
-use weir::runtime::Limits;
-use weir::runtime::network::{NetworkGrants, NetworkLimits, SinkNetwork};
+use weir_runtime::Limits;
+use weir_runtime::network::{NetworkGrants, NetworkLimits, SinkNetwork};
 use weir_sdk::native::NativeSink;
+use weir_source::change::Op;
 use weir_test_support::redis::{Dumped, dump, escape_key_part, render_value};
 use weir_test_support::{PipelineBuilder, RedisServer, SinkBuilder, value_at};
 

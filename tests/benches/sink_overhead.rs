@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use weir::runtime::Limits;
-use weir::runtime::network::SinkNetwork;
+use weir_runtime::Limits;
+use weir_runtime::network::SinkNetwork;
 use weir_sdk::native::NativeSink;
 
 mod support;

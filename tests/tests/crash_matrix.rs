@@ -11,6 +11,10 @@
 //! Bounded under `cargo test`; scripts/crash-matrix runs it long:
 //! `scripts/crash-matrix --source generator,postgres --sinks
 //! positioned,parquet,iceberg --kills 200 --seed 42`.
+//!
+//! A test binary of its own, unlike the other areas: it points
+//! `WEIR_COMPONENT_CACHE` at one cache for every episode, an environment
+//! change no other test of the process may see.
 
 mod common;
 mod crash_matrix_support;

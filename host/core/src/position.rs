@@ -22,9 +22,28 @@ impl Position {
         Position(bytes)
     }
 
-    /// A streaming position: a transaction's commit order (Postgres: the
-    /// commit LSN; generator: the transaction number) and the change's
-    /// ordinal inside that transaction.
+    /// A streaming position whose order within the source's log is the
+    /// byte order of `order`. How `order` is laid out is the source's
+    /// business: the core, the store and the sinks only compare it.
+    pub fn streaming(order: &[u8]) -> Self {
+        let mut bytes = Vec::with_capacity(1 + order.len());
+        bytes.push(PHASE_STREAM);
+        bytes.extend_from_slice(order);
+        Position(bytes)
+    }
+
+    /// Whether this is a backfill (snapshot) position, which sorts before
+    /// every streaming one.
+    pub fn is_snapshot(&self) -> bool {
+        self.0.first() == Some(&PHASE_SNAPSHOT)
+    }
+
+    /// A streaming position in the layout the generator and the Postgres
+    /// source share: a transaction's commit order (Postgres: the commit
+    /// LSN; generator: the transaction number), then the change's ordinal
+    /// inside that transaction. Another source may lay out its streaming
+    /// bytes its own way ([`Position::streaming`]); nothing above the
+    /// sources reads them.
     pub fn stream(commit: u64, ordinal: u32) -> Self {
         let mut bytes = Vec::with_capacity(13);
         bytes.push(PHASE_STREAM);
@@ -33,7 +52,8 @@ impl Position {
         Position(bytes)
     }
 
-    /// Decodes a position made by [`Position::stream`].
+    /// Decodes a position made by [`Position::stream`] (for the sources
+    /// that make them, and for display).
     pub fn as_stream(&self) -> Option<(u64, u32)> {
         let b = &self.0;
         if b.len() != 13 || b[0] != PHASE_STREAM {
@@ -142,6 +162,16 @@ mod tests {
         assert!(a < a2 && a2 < ab && ab < Position::stream(0, 0));
         assert_eq!(a.as_snapshot(), Some(("public.a", [0u8, 5].as_slice())));
         assert_eq!(a.to_string(), "backfill public.a");
+    }
+
+    #[test]
+    fn a_source_lays_out_its_own_streaming_bytes() {
+        let early = Position::streaming(b"binlog.000002:0009");
+        let late = Position::streaming(b"binlog.000010:0004");
+        assert!(early < late && !early.is_snapshot());
+        assert!(Position::snapshot("t", b"k") < early);
+        assert!(Position::snapshot("t", b"k").is_snapshot());
+        assert_eq!(early.as_stream(), None);
     }
 
     #[test]

@@ -1075,7 +1075,7 @@ fn a_partitioned_upsert_table_deletes_by_position_within_partitions() {
         ("partition.sales.orders", "bucket(4, id)"),
         ("index_checkpoint_commits", "3"),
         // No compaction: the live index is compared with the files the
-        // commits wrote (tests/tests/iceberg_partitions.rs compacts).
+        // commits wrote (tests/tests/iceberg/partitions.rs compacts).
         ("compact_min_files", "0"),
     ];
     let mut s = sink_with(&dir, &config);

@@ -48,16 +48,17 @@ class ObjectMeta:
 
 
 # Where calls go: the host's imports inside a component, a local folder
-# under `weir_sdk.native`. Set by whichever of the two is in use.
+# under `weir_sdk.native`. Set by whichever of the two is in use: exporting
+# the sink (`export_sink`, `export_positioned_sink`) sets the host's.
 _backend = None
 
 
 def _store():
-    global _backend
     if _backend is None:
-        from . import _component
-
-        _backend = _component.HostBlobStore()
+        raise BlobIoError(
+            "no blob store yet: the sink has not been exported (weir_sdk.export_sink) "
+            "nor opened under weir_sdk.native"
+        )
     return _backend
 
 

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::batch::{BatchLimits, Batcher};
-use weir::runtime::{BatchHeader, CommitRequest, TableDescription};
-use weir::source::Source;
-use weir::source::generator::{Generator, GeneratorConfig};
+use weir_runtime::{BatchHeader, CommitRequest, TableDescription};
 use weir_sdk::native::encode_ipc;
+use weir_source::Source;
+use weir_source::batch::{BatchLimits, Batcher};
+use weir_source::generator::{Generator, GeneratorConfig};
 
 /// Where scripts/build-plugins puts the components.
 pub fn components_dir() -> std::path::PathBuf {
@@ -136,8 +136,8 @@ pub fn prepare(changes: u64, max_rows: usize) -> (Vec<Prepared>, usize) {
 pub struct InProcess {
     scratch: std::path::PathBuf,
     io: tokio::runtime::Runtime,
-    engine: weir::runtime::WasmEngine,
-    linker: weir::runtime::plugin::SinkLinker,
+    engine: weir_runtime::WasmEngine,
+    linker: weir_runtime::plugin::SinkLinker,
 }
 
 impl InProcess {
@@ -147,8 +147,8 @@ impl InProcess {
             .enable_all()
             .build()
             .unwrap();
-        let engine = weir::runtime::WasmEngine::new(&scratch.join("cache")).unwrap();
-        let linker = weir::runtime::plugin::linker(&engine).unwrap();
+        let engine = weir_runtime::WasmEngine::new(&scratch.join("cache")).unwrap();
+        let linker = weir_runtime::plugin::linker(&engine).unwrap();
         InProcess {
             scratch: scratch.to_path_buf(),
             io,
@@ -162,9 +162,9 @@ impl InProcess {
     pub fn load(
         &self,
         wasm: &std::path::Path,
-        network: &weir::runtime::network::NetworkGrants,
-    ) -> Arc<weir::runtime::Plugin> {
-        let loaded = weir::runtime::Plugin::load(
+        network: &weir_runtime::network::NetworkGrants,
+    ) -> Arc<weir_runtime::Plugin> {
+        let loaded = weir_runtime::Plugin::load(
             &self.engine,
             &self.linker,
             wasm,
@@ -179,19 +179,19 @@ impl InProcess {
     /// A fresh instance of `plugin` as sink `bench`, its blob root `root`.
     pub fn instance(
         &self,
-        plugin: &Arc<weir::runtime::Plugin>,
+        plugin: &Arc<weir_runtime::Plugin>,
         root: &std::path::Path,
-        network: weir::runtime::network::SinkNetwork,
-        limits: &weir::runtime::Limits,
-    ) -> weir::runtime::SinkInstance {
-        let blob = weir::runtime::BlobScope::open(
+        network: weir_runtime::network::SinkNetwork,
+        limits: &weir_runtime::Limits,
+    ) -> weir_runtime::SinkInstance {
+        let blob = weir_runtime::BlobScope::open(
             root.to_str().unwrap(),
             &[],
             &self.scratch,
             self.io.handle().clone(),
         )
         .unwrap();
-        weir::runtime::SinkInstance::instantiate(plugin, "bench", Arc::new(blob), network, limits)
+        weir_runtime::SinkInstance::instantiate(plugin, "bench", Arc::new(blob), network, limits)
             .unwrap()
     }
 }

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use weir::change::TableSchema;
-use weir::source::generator::oracle::{ExpectedState, Rows, apply_change, row_key, shop_tables};
+use weir_source::change::TableSchema;
+use weir_source::generator::oracle::{ExpectedState, Rows, apply_change, row_key, shop_tables};
 
 use crate::read::{ReadChange, changes, read_parquet, read_positioned};
 

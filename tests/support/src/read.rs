@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
-pub use weir::batch::value_at;
-use weir::change::{Op, TableSchema, Value};
 use weir_contract::{OP_COLUMN, POS_COLUMN};
+pub use weir_source::batch::value_at;
+use weir_source::change::{Op, TableSchema, Value};
 
 /// Reads every Arrow IPC file the positioned fixture committed for a table,
 /// in commit order.

@@ -339,8 +339,8 @@ mod content {
 
     use arrow_schema::{DataType, TimeUnit};
     use chrono::{Datelike, NaiveDate, Timelike};
-    use weir::change::{Change, Op, TableSchema, Value};
-    use weir::source::generator::oracle::{ExpectedState, KeyPart, Rows, apply_change, row_key};
+    use weir_source::change::{Change, Op, TableSchema, Value};
+    use weir_source::generator::oracle::{ExpectedState, KeyPart, Rows, apply_change, row_key};
 
     use super::{Dumped, dump, escape_key_part};
 

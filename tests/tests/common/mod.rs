@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub use weir_test_support::*;
 
 /// The generator's tables, as the host sees them.
-pub fn tables() -> Vec<std::sync::Arc<weir::change::TableSchema>> {
+pub fn tables() -> Vec<std::sync::Arc<weir_source::change::TableSchema>> {
     shop_tables()
 }
 

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
-use weir::change::Op;
+use weir_source::change::Op;
 /// The context columns every change log carries (weir-contract's names).
 const OP_COLUMN: &str = "__op";
 const POS_COLUMN: &str = "__pos";

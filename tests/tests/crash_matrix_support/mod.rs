@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use weir::position::Position;
+use weir_core::position::Position;
 
 use crate::common;
 use crate::postgres_support::Running;
@@ -179,7 +179,7 @@ impl Spec {
     }
 }
 
-/// The named crash points of `host/src/failpoint.rs`.
+/// The named crash points of `host/pipeline/src/failpoint.rs`.
 pub const POINTS: [&str; 4] = [
     "before-sink-commit",
     "after-sink-commit",

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
-use weir::source::postgres::decode::copy_fields;
+use weir_source::postgres::decode::copy_fields;
 
 use super::holdings::{Row, TableShape, Truth};
 use crate::postgres_support::{Pg, Rng};

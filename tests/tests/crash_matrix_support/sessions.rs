@@ -339,7 +339,7 @@ fn acknowledged_ahead(
     let status = common::status(pipeline);
     for kind in sinks {
         for (table, position) in common::positions_of(&status, kind.sink_name()) {
-            let committed = position.map(weir::position::Position::from_bytes);
+            let committed = position.map(weir_core::position::Position::from_bytes);
             // The most a committed position allows the slot to confirm: its
             // commit LSN, or the next byte after a whole transaction.
             let allowed = match committed.as_ref().and_then(|p| p.as_stream()) {

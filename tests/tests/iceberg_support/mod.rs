@@ -20,7 +20,7 @@ use arrow_array::types::{
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
 use futures::TryStreamExt;
-use weir::change::{TableSchema, Value};
+use weir_source::change::{TableSchema, Value};
 use weir_test_support::{
     PipelineBuilder, SinkBuilder, TableMode, apply_change, change_log, row_key,
 };
@@ -458,10 +458,10 @@ pub fn reinserted_keys(seed: u64, max_changes: u64, table: &str) -> usize {
         }
         let key = row_key(&change.table, &change.values);
         match change.op {
-            weir::change::Op::Delete => {
+            weir_source::change::Op::Delete => {
                 deleted.insert(key);
             }
-            weir::change::Op::Insert if deleted.contains(&key) => {
+            weir_source::change::Op::Insert if deleted.contains(&key) => {
                 reinserted.insert(key);
             }
             _ => {}

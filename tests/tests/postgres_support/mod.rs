@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use arrow_array::cast::AsArray;
 use rand::{Rng as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use weir::change::Value;
-use weir::source::postgres::decode::{PgKind, copy_fields, decode};
+use weir_source::change::Value;
+use weir_source::postgres::decode::{PgKind, copy_fields, decode};
 
 use crate::common::{self, text, weir, weir_bin};
 
@@ -513,7 +513,7 @@ pub fn table_defs(with_priority: bool) -> Vec<TableDef> {
                 ("ratio", Float64),
                 (
                     "exact",
-                    weir::source::postgres::decode::UNCONSTRAINED_NUMERIC,
+                    weir_source::postgres::decode::UNCONSTRAINED_NUMERIC,
                 ),
             ],
             &[0],

@@ -255,6 +255,101 @@ impl Core {
         self.sinks[sink].disabled = Some(reason);
     }
 
+    /// Leaves out of the run every optional sink that stands behind
+    /// `first_available`, the lowest position from which the source can
+    /// still give every later change: the changes in between are gone, so
+    /// such a sink cannot catch up. Each is disabled (the reason says what
+    /// it misses and the way out) and the run resumes for the others. A
+    /// required sink behind it stays in: the source refuses to resume for
+    /// it, and the run stops before anything is acknowledged. A sink in
+    /// its backfill resumes its backfill, which nothing has released.
+    pub fn leave_behind(
+        &mut self,
+        resume: Resume,
+        first_available: &Position,
+    ) -> (Resume, Vec<Action>) {
+        let Resume::After(lowest) = &resume else {
+            return (resume, Vec::new());
+        };
+        if lowest.is_snapshot() || lowest >= first_available {
+            return (resume, Vec::new());
+        }
+        let mut actions = Vec::new();
+        for (sink, slot) in self.sinks.iter_mut().enumerate() {
+            if slot.spec.required || slot.disabled.is_some() {
+                continue;
+            }
+            if let Some(at) = slot.lowest(&self.tables)
+                && !at.is_snapshot()
+                && at < *first_available
+            {
+                let reason = format!(
+                    "it stands at {at}, behind what the source still holds ({first_available}): \
+                     the changes in between are gone, so it cannot catch up; re-create its data \
+                     (empty its destination and its positions) to have it filled again"
+                );
+                slot.disabled = Some(reason.clone());
+                actions.push(Action::Disable { sink, reason });
+            }
+        }
+        if actions.is_empty() {
+            return (resume, actions);
+        }
+        let disabled: Vec<SinkId> = (0..self.sinks.len())
+            .filter(|&s| self.sinks[s].disabled.is_some())
+            .collect();
+        (self.resume_without(&disabled), actions)
+    }
+
+    /// Whether sink `sink` may take a new version of its plugin at this
+    /// commit boundary. It must still be in the run, and keep exporting
+    /// `positions` or not, as the running version did: the run recovered
+    /// its positions one way or the other. The new version's claims are
+    /// checked table by table with [`Core::check_swap_claim`].
+    pub fn admit_swap(&self, sink: SinkId, new_is_positioned: bool) -> Result<(), String> {
+        let slot = &self.sinks[sink];
+        if slot.disabled.is_some() {
+            return Err(format!(
+                "sink `{}` is out of this run; restart the pipeline to load a new version",
+                slot.spec.name
+            ));
+        }
+        if new_is_positioned != slot.spec.positioned {
+            let (old, new) = match slot.spec.positioned {
+                true => ("exports", "does not"),
+                false => ("does not export", "does"),
+            };
+            return Err(format!(
+                "the running version {old} `positions` and the new one {new}; a swap must keep \
+                 it (stop the pipeline and change the pipeline file instead)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a new positioned version's claim for `table` is where the
+    /// run knows the sink stands: a version that does not read what the
+    /// running one wrote would replay or skip changes.
+    pub fn check_swap_claim(
+        &self,
+        sink: SinkId,
+        table: &str,
+        claimed: Option<&Position>,
+    ) -> Result<(), String> {
+        let known = self.committed(sink, table).map(|(p, _)| p);
+        if claimed == known {
+            return Ok(());
+        }
+        let shown =
+            |p: Option<&Position>| p.map_or_else(|| "the start".to_string(), ToString::to_string);
+        Err(format!(
+            "the new version says table `{table}` stands at {}, the pipeline knows {}; it does \
+             not read what the running version wrote",
+            shown(claimed),
+            shown(known)
+        ))
+    }
+
     pub fn checkpoint(&self) -> Option<&Position> {
         self.checkpoint.as_ref()
     }

@@ -749,3 +749,79 @@ fn commits_carry_the_runs_epoch() {
             .all(|r| r.epoch == 42 && r.pipeline == "pipe")
     );
 }
+
+/// Two sinks, the plain one optional, both recovered at the given positions.
+fn core_with_optional_plain(exact_at: Position, plain_at: Position) -> Core {
+    let mut specs = specs();
+    specs[PLAIN].required = false;
+    let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], specs);
+    core.recover(POSITIONED, "a", claim(&exact_at), None)
+        .unwrap();
+    core.recover(PLAIN, "a", None, Some(plain_at)).unwrap();
+    core
+}
+
+#[test]
+fn an_optional_sink_behind_what_the_source_holds_is_left_behind() {
+    let mut core = core_with_optional_plain(Position::stream(9, 0), Position::stream(2, 0));
+    let resume = core.resume();
+    assert_eq!(resume, Resume::After(Position::stream(2, 0)));
+    let (resume, actions) = core.leave_behind(resume, &Position::stream(5, 0));
+    assert_eq!(resume, Resume::After(Position::stream(9, 0)));
+    assert!(
+        matches!(&actions[..], [Action::Disable { sink: PLAIN, reason }] if reason.contains("cannot catch up")),
+        "{actions:?}"
+    );
+    assert!(core.is_disabled(PLAIN).is_some());
+    assert!(core.is_disabled(POSITIONED).is_none());
+}
+
+#[test]
+fn required_sinks_and_sinks_in_their_backfill_are_not_left_behind() {
+    // The plain sink is required here: it stays, and the source refuses.
+    let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], specs());
+    core.recover(POSITIONED, "a", claim(&Position::stream(9, 0)), None)
+        .unwrap();
+    core.recover(PLAIN, "a", None, Some(Position::stream(2, 0)))
+        .unwrap();
+    let (resume, actions) = core.leave_behind(core.resume(), &Position::stream(5, 0));
+    assert_eq!(resume, Resume::After(Position::stream(2, 0)));
+    assert!(actions.is_empty());
+    // An optional sink mid-backfill resumes its backfill.
+    let backfill = Position::snapshot("a", b"k");
+    let mut core = core_with_optional_plain(Position::stream(9, 0), backfill.clone());
+    let (resume, actions) = core.leave_behind(core.resume(), &Position::stream(5, 0));
+    assert_eq!(resume, Resume::After(backfill));
+    assert!(actions.is_empty());
+}
+
+#[test]
+fn a_swap_keeps_the_positions_export_and_the_positions() {
+    let core = core_with_optional_plain(Position::stream(9, 0), Position::stream(2, 0));
+    assert!(core.admit_swap(POSITIONED, true).is_ok());
+    let refused = core.admit_swap(POSITIONED, false).unwrap_err();
+    assert!(refused.contains("a swap must keep it"), "{refused}");
+    let refused = core.admit_swap(PLAIN, true).unwrap_err();
+    assert!(refused.contains("does not export `positions`"), "{refused}");
+    assert!(
+        core.check_swap_claim(POSITIONED, "a", Some(&Position::stream(9, 0)))
+            .is_ok()
+    );
+    let refused = core
+        .check_swap_claim(POSITIONED, "a", Some(&Position::stream(3, 0)))
+        .unwrap_err();
+    assert!(
+        refused.contains("does not read what the running version wrote"),
+        "{refused}"
+    );
+    let refused = core.check_swap_claim(POSITIONED, "a", None).unwrap_err();
+    assert!(refused.contains("stands at the start"), "{refused}");
+}
+
+#[test]
+fn a_disabled_sink_takes_no_swap() {
+    let mut core = core_with_optional_plain(Position::stream(9, 0), Position::stream(2, 0));
+    core.disable(PLAIN, "could not load".into());
+    let refused = core.admit_swap(PLAIN, false).unwrap_err();
+    assert!(refused.contains("out of this run"), "{refused}");
+}

@@ -1,0 +1,33 @@
+//! The `weir` command: [`commands`] parses and dispatches, [`ctl`] talks
+//! to a running `weir serve`, [`maintain`] runs a sink's maintenance,
+//! [`conformance`] is `weir plugin test`, and [`render`] prints answers.
+//! What each command does lives in the crates below (weir-pipeline,
+//! weir-serve, weir-runtime, weir-source).
+
+mod commands;
+mod conformance;
+mod ctl;
+mod maintain;
+mod render;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = commands::Cli::parse();
+    match commands::dispatch(cli.command) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("weir: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! The shell around the commit core: it reads the source, batches, and has
+//! the core's executor carry out its actions against sink workers, the
+//! position store and the source. Every decision is the core's; the shell
+//! only does I/O.
+//!
+//! [`setup`] builds what a run needs from the config, [`shell`] is the
+//! executor's effects, and [`run`] is the loop that feeds the batcher and
+//! acknowledges what the core checkpoints.
+
+pub mod config;
+pub mod control;
+pub mod failpoint;
+pub mod setup;
+mod shell;
+pub mod status;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::PipelineConfig;
+use crate::store::{EmbeddedStore, PositionStore};
+pub use control::{Control, SwapDone, SwapRequest};
+use setup::SinkFactory;
+use shell::Shell;
+use weir_core::commit::{Action, ClaimRefused, Core, Resume, Stop};
+use weir_runtime::{TenantShare, WasmEngine};
+use weir_source::Source;
+use weir_source::batch::{Batcher, Flush};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Stopped(#[from] Box<Stop>),
+    #[error(transparent)]
+    Refused(#[from] ClaimRefused),
+    #[error("sink `{sink}`: {detail}")]
+    Sink { sink: String, detail: String },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Engine(#[from] weir_runtime::EngineError),
+    #[error("source: {0}")]
+    Source(#[from] weir_source::SourceError),
+    #[error("batching: {0}")]
+    Batch(#[from] weir_source::batch::BatchError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Knobs a command line may set on top of the config.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Overrides the generator's `max_changes` (a bounded run).
+    pub max_changes: Option<u64>,
+}
+
+/// How often a paused run looks whether it was resumed, stopped or asked
+/// to swap.
+const PAUSE_STEP: Duration = Duration::from_millis(20);
+
+#[derive(Debug, PartialEq, Eq)]
+enum Boundary {
+    Go,
+    Stop,
+}
+
+/// What a run did, for the command line to print.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RunReport {
+    pub pipeline: String,
+    pub epoch: u64,
+    pub resumed_after: Option<String>,
+    pub transactions: u64,
+    pub changes: u64,
+    pub batches_committed: u64,
+    pub checkpoint: Option<String>,
+    /// Optional sinks that failed and were disabled, with the reason.
+    pub disabled: BTreeMap<String, String>,
+}
+
+/// What a run gets from whoever starts it: the I/O runtime that carries
+/// the blob stores' and the source's I/O, the engine (shared by every
+/// pipeline of a `weir serve`), the control it is steered by, and what its
+/// sinks share with the other sinks of their tenant.
+pub struct RunHost<'a> {
+    pub io: &'a tokio::runtime::Handle,
+    pub engine: &'a WasmEngine,
+    pub control: &'a Arc<Control>,
+    pub tenant: Option<Arc<TenantShare>>,
+}
+
+/// Runs a pipeline until its source ends (bounded) or it is stopped.
+pub fn run(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    host: &RunHost,
+) -> Result<RunReport, RunError> {
+    let _end = control::EndOnDrop(host.control);
+    let store = EmbeddedStore::open(&config.store_path())?;
+    let epoch = store.next_epoch(&config.pipeline)?;
+    let metrics = host.control.metrics.clone();
+    let factory = SinkFactory::new(host.engine, host.io, metrics.clone(), host.tenant.clone())?;
+    let sinks = setup::start_sinks(config, &factory)?;
+    let mut source = setup::make_source(config, options, host.io)?;
+    let tables = source.tables();
+    let descriptions = setup::describe_tables(config, &tables)?;
+    let table_names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
+    let mut core = Core::new(
+        config.pipeline.clone(),
+        epoch,
+        config.commit_policy,
+        table_names.clone(),
+        sinks.specs.clone(),
+    );
+    let mut report = RunReport {
+        pipeline: config.pipeline.clone(),
+        epoch,
+        ..Default::default()
+    };
+    report.disabled.extend(sinks.failed_to_start.clone());
+    let mut shell = Shell::new(
+        &config.pipeline,
+        sinks,
+        Box::new(store),
+        descriptions,
+        report,
+        metrics,
+    );
+    core.set_source_head(source.ceiling()?);
+    tracing::info!(pipeline = %config.pipeline, epoch, "starting");
+
+    let resume = shell.recover(&mut core, &table_names)?;
+    let resume = match source.first_available()? {
+        Some(first) => {
+            let (resume, left_out) = core.leave_behind(resume, &first);
+            for action in left_out {
+                if let Action::Disable { sink, reason } = action {
+                    let name = core.sink_spec(sink).name.clone();
+                    tracing::error!(sink = %name, "optional sink left out: {reason}");
+                    shell.report.disabled.insert(name, reason);
+                }
+            }
+            resume
+        }
+        None => resume,
+    };
+    let resumed_after = match resume {
+        Resume::FromStart => None,
+        Resume::After(p) => Some(p),
+    };
+    source.resume_after(resumed_after.as_ref())?;
+    shell.report.epoch = core.epoch();
+    shell.report.resumed_after = resumed_after.as_ref().map(ToString::to_string);
+    shell.publish(&core, &table_names, host.control, None, None);
+    host.control.mark_recovered();
+
+    let mut batcher = setup::batcher(config, &tables, shell.descriptions());
+    // Each commit runs on a thread of the scope while the loop reads and
+    // batches what comes next (see `Run`).
+    std::thread::scope(|scope| {
+        let mut run = Run {
+            scope,
+            parts: Some((&mut core, &mut shell)),
+            in_flight: None,
+            read_since: None,
+            transactions: 0,
+            changes: 0,
+            source: source.as_mut(),
+            control: host.control,
+            tables: &table_names,
+        };
+        let done = run.until_done(&mut batcher, config);
+        // Whatever happened, the last commit ends before the run does.
+        let settled = run.settle();
+        done.and(settled).map(|()| (run.transactions, run.changes))
+    })
+    .map(|(transactions, changes)| {
+        shell.report.transactions = transactions;
+        shell.report.changes = changes;
+    })?;
+    shell.report.checkpoint = core.checkpoint().map(ToString::to_string);
+    Ok(shell.report)
+}
+
+/// A commit running on a thread of its own, with the core and shell it
+/// borrowed, and when the oldest change it commits was read.
+struct InFlight<'scope, 'a> {
+    handle: std::thread::ScopedJoinHandle<'scope, Committed<'a>>,
+    read_since: Option<Instant>,
+}
+
+/// What a commit's thread hands back.
+type Committed<'a> = (Result<(), RunError>, &'a mut Core, &'a mut Shell);
+
+/// The loop of one run: the source feeds the batcher, every flush goes
+/// through the core, and what the core checkpoints is acknowledged.
+///
+/// A flush is committed on a thread of its own while the loop goes on
+/// reading the source and batching the next one: the source is no longer
+/// idle while a batch is encoded, written into the sinks and committed.
+/// One commit is in flight at a time, and nothing moves past it: the next
+/// flush, a swap, a pause or a stop first waits for it ([`Run::settle`]),
+/// and the source is acknowledged only for what a finished commit
+/// checkpointed. While it runs, the commit holds the core and the shell.
+struct Run<'scope, 'a> {
+    scope: &'scope std::thread::Scope<'scope, 'a>,
+    /// The core and the shell, when no commit holds them.
+    parts: Option<(&'a mut Core, &'a mut Shell)>,
+    in_flight: Option<InFlight<'scope, 'a>>,
+    /// When the oldest change read and not yet handed to a commit was read.
+    read_since: Option<Instant>,
+    /// Counted as read, written into the report when the shell is back.
+    transactions: u64,
+    changes: u64,
+    source: &'a mut dyn Source,
+    control: &'a Arc<Control>,
+    tables: &'a [String],
+}
+
+impl<'scope, 'a> Run<'scope, 'a> {
+    /// Waits for the commit in flight, if any; takes the core and the shell
+    /// back, acknowledges what it checkpointed and shows where the run
+    /// stands. Its error, if it failed, is the run's.
+    fn settle(&mut self) -> Result<(), RunError> {
+        let Some(in_flight) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let (result, core, shell) = in_flight
+            .handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let outcome = result.and_then(|()| {
+            if let Some(position) = shell.take_checkpoint() {
+                self.source.acknowledge(&position)?;
+                crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
+            }
+            shell.report.transactions = self.transactions;
+            shell.report.changes = self.changes;
+            shell.publish(
+                core,
+                self.tables,
+                self.control,
+                self.source.lag_bytes(),
+                in_flight.read_since,
+            );
+            Ok(())
+        });
+        self.parts = Some((core, shell));
+        outcome?;
+        if self.control.swap_waiting() {
+            // Its batch committed: the swap costs only its own pause.
+            self.swaps(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// The core and the shell; only between commits.
+    fn parts(&mut self) -> (&mut Core, &mut Shell) {
+        let (core, shell) = self
+            .parts
+            .as_mut()
+            .expect("the core and shell are back: no commit is in flight");
+        (core, shell)
+    }
+
+    fn until_done(
+        &mut self,
+        batcher: &mut Batcher,
+        config: &PipelineConfig,
+    ) -> Result<(), RunError> {
+        let pace = config.source.pace();
+        let mut last_heartbeat = Instant::now();
+        // The commit of the last transaction counted: the pieces of a big
+        // source transaction share their commit and count once.
+        loop {
+            if self.control.wants_boundary() && self.at_boundary(batcher)? == Boundary::Stop {
+                return Ok(());
+            }
+            if self
+                .in_flight
+                .as_ref()
+                .is_some_and(|c| c.handle.is_finished())
+            {
+                // Acknowledged and shown now, not at the next flush.
+                self.settle()?;
+            }
+            if self.control.swap_waiting() && batcher.buffered_changes() == 0 {
+                // Nothing buffered: once the commit in flight is done, this
+                // is a commit boundary.
+                self.settle()?;
+                self.swaps(Instant::now());
+            }
+            match self.source.next_transaction()? {
+                Some(tx) => {
+                    // An empty transaction is a source heartbeat, not a transaction.
+                    let rows = tx.rows();
+                    if rows > 0 && !tx.continued {
+                        self.transactions += 1;
+                    }
+                    self.changes += rows as u64;
+                    if rows > 0 {
+                        self.read_since.get_or_insert_with(Instant::now);
+                    }
+                    for flush in batcher.push(tx)? {
+                        self.flush(Some(flush))?;
+                    }
+                }
+                None => {
+                    if batcher.consumed().is_some() {
+                        self.flush(batcher.flush(true))?;
+                    }
+                    return Ok(());
+                }
+            }
+            let now = Instant::now();
+            if batcher.linger_expired(now) {
+                self.flush(batcher.flush(false))?;
+            }
+            if now.duration_since(last_heartbeat) >= config.batch.heartbeat() {
+                last_heartbeat = now;
+                if batcher.consumed().is_some() {
+                    self.flush(batcher.flush(true))?;
+                }
+            }
+            if !pace.is_zero() {
+                std::thread::sleep(pace);
+            }
+        }
+    }
+
+    /// Starts committing a flush, once the commit before it is done (and
+    /// the source told what every required sink then held durably).
+    fn flush(&mut self, flush: Option<Flush>) -> Result<(), RunError> {
+        let Some(flush) = flush else {
+            return Ok(());
+        };
+        self.settle()?;
+        let (core, shell) = self
+            .parts
+            .take()
+            .expect("the core and shell are back: the commit before was settled");
+        // The commit logs under the run's span (`weir serve` names the
+        // tenant and pipeline there), as it did on the run's own thread.
+        let span = tracing::Span::current();
+        let handle = std::thread::Builder::new()
+            .name("weir-commit".into())
+            .spawn_scoped(self.scope, move || {
+                let result = span.in_scope(|| shell.commit(core, flush));
+                (result, core, shell)
+            })
+            .map_err(|e| RunError::Setup(format!("cannot start a commit's thread: {e}")))?;
+        self.in_flight = Some(InFlight {
+            handle,
+            read_since: self.read_since.take(),
+        });
+        Ok(())
+    }
+
+    /// Carries out every swap waiting; `since`: when the run stopped taking
+    /// changes for them.
+    fn swaps(&mut self, since: Instant) {
+        for request in self.control.take_swaps() {
+            self.swap(request, since);
+        }
+    }
+
+    /// Something waits for a commit boundary: commits what the batcher
+    /// holds, then stops, swaps workers, or waits while paused.
+    fn at_boundary(&mut self, batcher: &mut Batcher) -> Result<Boundary, RunError> {
+        let mut noticed = Instant::now();
+        self.flush(batcher.flush(false))?;
+        self.settle()?;
+        let mut paused = false;
+        loop {
+            if self.control.stopping() {
+                tracing::info!("stopped at a commit boundary");
+                return Ok(Boundary::Stop);
+            }
+            self.swaps(noticed);
+            if !self.control.paused() {
+                if paused {
+                    tracing::info!("resumed");
+                    self.control.metrics.state("running");
+                }
+                self.control.settle();
+                return Ok(Boundary::Go);
+            }
+            if !paused {
+                paused = true;
+                tracing::info!("paused at a commit boundary");
+                self.control.metrics.state("paused");
+            }
+            // A swap asked for while paused is made at once: this is a
+            // commit boundary all along.
+            self.control.wait_while_paused(PAUSE_STEP);
+            noticed = Instant::now();
+        }
+    }
+
+    /// Hands a sink's batches to the worker of its new version, or says why
+    /// not; the old worker stays in place when the new one is refused.
+    fn swap(&mut self, request: SwapRequest, noticed: Instant) {
+        let sink = request.sink.clone();
+        let tables = self.tables;
+        let (core, shell) = self.parts();
+        let answer = shell
+            .swap(core, tables, &sink, request.worker)
+            .map(|()| SwapDone {
+                sink: sink.clone(),
+                pause_ms: noticed.elapsed().as_secs_f64() * 1000.0,
+                at: core.checkpoint().map(ToString::to_string),
+            });
+        match &answer {
+            Ok(done) => {
+                self.control.metrics.swap(&sink, "swapped");
+                tracing::info!(sink = %sink, pause_ms = done.pause_ms, "plugin swapped at a commit boundary");
+            }
+            Err(e) => {
+                self.control.metrics.swap(&sink, "refused");
+                tracing::warn!(sink = %sink, "plugin swap refused: {e}");
+            }
+        }
+        let _ = request.reply.send(answer);
+    }
+}

@@ -1,0 +1,146 @@
+//! `weir status`: where every sink stands for every table, where that answer
+//! came from, and how far behind the source's head it is.
+//!
+//! The answer is the commit core's own recovery (the sink wins over the
+//! store), so status says exactly what the next run would resume from.
+
+use serde::Serialize;
+
+use crate::config::PipelineConfig;
+use crate::store::{EmbeddedStore, PositionStore};
+use crate::{RunError, RunOptions, setup};
+use weir_core::commit::{Action, CommitPolicy, Core, SinkClaim, SinkSpec};
+use weir_core::position::Position;
+use weir_runtime::{SinkWorker, WasmEngine};
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub pipeline: String,
+    pub epoch: Option<u64>,
+    pub source_head: Option<String>,
+    pub sinks: Vec<SinkStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SinkStatus {
+    pub sink: String,
+    pub positioned: bool,
+    pub required: bool,
+    /// Set when the sink could not be loaded or asked.
+    pub error: Option<String>,
+    pub tables: Vec<TableStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TableStatus {
+    pub table: String,
+    pub position: Option<String>,
+    /// Raw position bytes, hex, for scripts.
+    pub position_hex: Option<String>,
+    /// `sink` (its own `positions` record), `store` (the host's), or `none`.
+    pub source: &'static str,
+    /// What the store says, when it differs from the sink.
+    pub store_position: Option<String>,
+    /// Source transactions between the committed position and the head,
+    /// where the source can count them (the generator).
+    pub lag_transactions: Option<u64>,
+}
+
+pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<Status, RunError> {
+    let store = EmbeddedStore::open(&config.store_path()).map_err(|e| {
+        RunError::Setup(format!(
+            "{e} (if `weir run` is running for this pipeline, it holds the store; stop it first)"
+        ))
+    })?;
+    let engine = WasmEngine::new(&config.cache_dir())?;
+    let source = setup::make_source(config, &RunOptions::default(), io)?;
+    let head = source.head();
+    let tables = source.tables();
+    let factory =
+        setup::SinkFactory::new(&engine, io, weir_metrics::PipelineMetrics::detached(), None)?;
+    let started = match setup::start_sinks(config, &factory) {
+        Ok(sinks) => Some(sinks),
+        Err(e) => {
+            tracing::warn!("{e}");
+            None
+        }
+    };
+    let mut out = Vec::new();
+    for (i, sink) in config.sinks.iter().enumerate() {
+        let worker = started
+            .as_ref()
+            .and_then(|s| s.workers.get(i))
+            .and_then(Option::as_ref);
+        let mut error = match &started {
+            Some(s) => s.failed_to_start.get(&sink.name).cloned(),
+            None => Some("could not load the sinks; run `weir run` to see why".into()),
+        };
+        let positioned = worker.is_some_and(|w| w.info.positioned());
+        // A core of one sink, recovered the way a run would recover it;
+        // optional here, so that a claim the core refuses becomes this
+        // sink's error instead of ending the whole status.
+        let spec = SinkSpec {
+            name: sink.name.clone(),
+            required: false,
+            positioned,
+        };
+        let names = tables.iter().map(|t| t.name.clone()).collect();
+        let mut core = Core::new(&config.pipeline, 0, CommitPolicy::All, names, vec![spec]);
+        let mut rows = Vec::new();
+        for table in &tables {
+            let from_store = store.get(&config.pipeline, &sink.name, &table.name)?;
+            let from_sink = match worker {
+                Some(w) if positioned => ask(w, &config.pipeline, &table.name, &mut error),
+                _ => None,
+            };
+            let claimed = from_sink.as_ref().map(|c| c.position.clone());
+            for action in core.recover(0, &table.name, from_sink, from_store.clone())? {
+                if let Action::Disable { reason, .. } = action {
+                    error = Some(reason);
+                }
+            }
+            let committed = core.committed(0, &table.name);
+            let position = committed.map(|(p, _)| p.clone());
+            rows.push(TableStatus {
+                table: table.name.clone(),
+                position_hex: position.as_ref().map(Position::to_hex),
+                position: position.as_ref().map(ToString::to_string),
+                source: committed.map_or("none", |(_, origin)| origin.as_str()),
+                store_position: (positioned && from_store != claimed)
+                    .then(|| from_store.as_ref().map(ToString::to_string))
+                    .flatten(),
+                lag_transactions: source.transactions_after(position.as_ref()),
+            });
+        }
+        out.push(SinkStatus {
+            sink: sink.name.clone(),
+            positioned,
+            required: sink.required,
+            error,
+            tables: rows,
+        });
+    }
+    Ok(Status {
+        pipeline: config.pipeline.clone(),
+        epoch: store.current_epoch(&config.pipeline)?,
+        source_head: head.as_ref().map(ToString::to_string),
+        sinks: out,
+    })
+}
+
+/// A positioned sink's claim for a table; a failure to answer is noted as
+/// the sink's error and counts as no claim.
+fn ask(
+    worker: &SinkWorker,
+    pipeline: &str,
+    table: &str,
+    error: &mut Option<String>,
+) -> Option<SinkClaim> {
+    match worker.committed(pipeline, table).wait() {
+        Ok(claim) => claim,
+        Err(e) => {
+            *error = Some(e.to_string());
+            None
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Loading a sink plugin: read and pin the `.wasm`, check what it imports and
+//! exports before anything runs, and pre-instantiate it; and inspecting one
+//! for `weir plugin inspect`.
+
+use std::path::{Path, PathBuf};
+
+use wasmtime::component::{InstancePre, Linker, types::ComponentItem};
+
+use super::capability;
+use super::engine::{CompileLimits, EngineError, WasmEngine, digest};
+use super::host_state::HostState;
+use super::network::NetworkGrants;
+use super::types::OptionalExport;
+use super::wit;
+
+/// Why a plugin cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file cannot be read.
+    #[error("cannot read plugin {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than the host compiles.
+    #[error(
+        "plugin {path} is {} MiB, more than the {} MiB a plugin may be (limits.max_plugin_mb)",
+        .size.div_ceil(1 << 20),
+        .limit >> 20
+    )]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    /// The file is not the one the pipeline pinned.
+    #[error(
+        "plugin {path} has sha256 {actual}, but the pipeline pins {expected}; \
+         update the pin if this plugin is the one you meant"
+    )]
+    Pin {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    /// The file is not a WebAssembly component.
+    #[error("plugin {path} is not a WebAssembly component weir can load: {detail}")]
+    NotAComponent { path: PathBuf, detail: String },
+    /// The component does not speak the contract, or imports what weir
+    /// does not grant.
+    #[error("plugin {path} {detail}")]
+    Contract { path: PathBuf, detail: String },
+    /// The engine cannot compile or cache it.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// What `weir plugin inspect` reports, and what loading checks.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PluginInfo {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// The sha256 of its bytes, as lowercase hex; what a pipeline pins.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The `weir:sink` package version the plugin was built against.
+    pub wit_version: String,
+    /// The optional exports it has (`positions`, `maintenance`).
+    pub capabilities: Vec<OptionalExport>,
+    /// The kinds of network access it imports (`http`, `tcp`): its sink's
+    /// entry must grant them (`grants.http`, `grants.tcp`) before it loads.
+    pub network: Vec<String>,
+    /// Every interface it imports.
+    pub imports: Vec<String>,
+    /// Every interface it exports.
+    pub exports: Vec<String>,
+}
+
+impl PluginInfo {
+    /// Whether the plugin has the optional export `export`.
+    pub fn exports(&self, export: OptionalExport) -> bool {
+        self.capabilities.contains(&export)
+    }
+
+    /// Whether the sink stores positions with its data (exactly-once).
+    pub fn positioned(&self) -> bool {
+        self.exports(OptionalExport::Positions)
+    }
+}
+
+/// The kinds of network access `imports` reach for: `http` for `wasi:http`,
+/// `tcp` for `wasi:sockets`.
+fn network_kinds(imports: &[String]) -> Vec<String> {
+    let imports_package = |package: &str| {
+        imports
+            .iter()
+            .any(|i| i.split_once('/').is_some_and(|(p, _)| p == package))
+    };
+    [("wasi:http", "http"), ("wasi:sockets", "tcp")]
+        .into_iter()
+        .filter(|(package, _)| imports_package(package))
+        .map(|(_, kind)| kind.to_string())
+        .collect()
+}
+
+/// A loaded, checked and pre-instantiated plugin, ready for instances.
+pub struct Plugin {
+    /// What the plugin is and speaks.
+    pub info: PluginInfo,
+    pre: InstancePre<HostState>,
+    exports: wit::ExportIndices,
+}
+
+/// What every plugin is checked and instantiated against.
+pub type SinkLinker = Linker<HostState>;
+
+/// Builds the linker every plugin is checked and instantiated against: WASI
+/// (with nothing ambient: see [`SinkInstance::new`]), the contract's shared
+/// types and every capability.
+pub fn linker(engine: &WasmEngine) -> Result<SinkLinker, EngineError> {
+    let config = |e: wasmtime::Error| EngineError::Config(format!("{e:#}"));
+    let mut linker = Linker::new(engine.engine());
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(config)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(config)?;
+    super::network::tcp::add_name_lookup_to_linker(&mut linker).map_err(config)?;
+    wit::add_to_linker(&mut linker).map_err(config)?;
+    Ok(linker)
+}
+
+impl Plugin {
+    /// Reads, pins, compiles (or loads from the cache), checks and
+    /// pre-instantiates a plugin.
+    pub fn load(
+        engine: &WasmEngine,
+        linker: &SinkLinker,
+        path: &Path,
+        pin: Option<&str>,
+        limits: &CompileLimits,
+        network: &NetworkGrants,
+    ) -> Result<Plugin, LoadError> {
+        let wasm = read_bounded(path, limits.max_bytes)?;
+        let sha256 = digest(&wasm);
+        if let Some(expected) = pin {
+            let expected = expected.trim().trim_start_matches("sha256:").to_lowercase();
+            if expected != sha256 {
+                return Err(LoadError::Pin {
+                    path: path.to_path_buf(),
+                    expected,
+                    actual: sha256,
+                });
+            }
+        }
+        check_is_component(path, &wasm)?;
+        let component = engine.component(path, &wasm, &sha256, limits)?;
+        let info = inspect_component(engine, path, &component, &sha256, wasm.len() as u64)?;
+        check_imports(path, &info, network)?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Contract {
+                path: path.to_path_buf(),
+                detail: format!("cannot be linked against this host: {e:#}"),
+            })?;
+        let exports = wit::ExportIndices::new(&info.wit_version, &pre, &info.capabilities)
+            .map_err(|e| LoadError::Contract {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "does not match {}@{}: {e:#}",
+                    wit::PACKAGE,
+                    info.wit_version
+                ),
+            })?;
+        Ok(Plugin { info, pre, exports })
+    }
+
+    pub(super) fn pre(&self) -> &InstancePre<HostState> {
+        &self.pre
+    }
+
+    pub(super) fn exports(&self) -> &wit::ExportIndices {
+        &self.exports
+    }
+}
+
+/// Reads what a component imports and exports, and which contract version
+/// and capabilities it speaks. Used by loading and by `weir plugin inspect`.
+pub fn inspect(engine: &WasmEngine, path: &Path) -> Result<PluginInfo, LoadError> {
+    let limits = CompileLimits::default();
+    let wasm = read_bounded(path, limits.max_bytes)?;
+    check_is_component(path, &wasm)?;
+    let sha256 = digest(&wasm);
+    let component = engine.component(path, &wasm, &sha256, &limits)?;
+    inspect_component(engine, path, &component, &sha256, wasm.len() as u64)
+}
+
+/// Reads a plugin file, refusing one larger than `max_bytes` before
+/// reading it.
+fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, LoadError> {
+    let read_error = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read_error)?.len();
+    if size > max_bytes {
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit: max_bytes,
+        });
+    }
+    std::fs::read(path).map_err(read_error)
+}
+
+fn inspect_component(
+    engine: &WasmEngine,
+    path: &Path,
+    component: &wasmtime::component::Component,
+    sha256: &str,
+    size: u64,
+) -> Result<PluginInfo, LoadError> {
+    let ty = component.component_type();
+    let imports: Vec<String> = ty
+        .imports(engine.engine())
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let exports: Vec<String> = ty
+        .exports(engine.engine())
+        .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentInstance(_)))
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let sink_prefix = format!("{}/sink@", wit::PACKAGE);
+    let sink_exports: Vec<&String> = exports
+        .iter()
+        .filter(|e| e.starts_with(&sink_prefix))
+        .collect();
+    let wit_version = match sink_exports.as_slice() {
+        [] => {
+            return Err(LoadError::Contract {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "does not export `{}`; is it a weir sink? (it exports: {})",
+                    wit::interface_name("sink", wit::NEWEST),
+                    list_or_none(&exports)
+                ),
+            });
+        }
+        [one] => one
+            .split_once('@')
+            .map(|(_, v)| v.to_string())
+            .unwrap_or_default(),
+        _ => {
+            return Err(LoadError::Contract {
+                path: path.to_path_buf(),
+                detail: format!("exports more than one version of {}/sink", wit::PACKAGE),
+            });
+        }
+    };
+    if !wit::speaks(&wit_version) {
+        return Err(LoadError::Contract {
+            path: path.to_path_buf(),
+            detail: format!(
+                "was built against {}@{wit_version}, but this host speaks {}; \
+                 rebuild it against weir-sdk for {} or upgrade weir",
+                wit::PACKAGE,
+                wit::spoken(),
+                wit::NEWEST
+            ),
+        });
+    }
+    let capabilities = OptionalExport::ALL
+        .into_iter()
+        .filter(|&export| {
+            wit::export_name(export, &wit_version).is_some_and(|name| exports.contains(&name))
+        })
+        .collect();
+    Ok(PluginInfo {
+        path: path.to_path_buf(),
+        sha256: sha256.to_string(),
+        size,
+        wit_version,
+        capabilities,
+        network: network_kinds(&imports),
+        imports,
+        exports,
+    })
+}
+
+/// Refuses, with a sentence naming it, any import this host does not grant:
+/// a `weir:sink` interface must be the shared types or a capability's, in
+/// the version the plugin exports.
+fn check_imports(path: &Path, info: &PluginInfo, network: &NetworkGrants) -> Result<(), LoadError> {
+    for import in &info.imports {
+        // The network is granted per sink: its interfaces link only for a
+        // sink whose pipeline entry grants that kind of access.
+        let needs = match import.split_once('/') {
+            Some(("wasi:http", _)) if network.http.is_empty() => {
+                Some(("grants.http", "[\"https://api.example.com\"]"))
+            }
+            Some(("wasi:sockets", _)) if network.tcp.is_empty() => {
+                Some(("grants.tcp", "[\"redis.internal:6379\"]"))
+            }
+            _ => None,
+        };
+        if let Some((key, example)) = needs {
+            return Err(LoadError::Contract {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "imports `{import}`, but its sink has no `{key}`: add the hosts it may \
+                     reach to the sink's entry, for example `{key}: {example}`"
+                ),
+            });
+        }
+        let granted = match import.split_once('/') {
+            Some((package, rest)) if package == wit::PACKAGE => {
+                let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
+                if version != info.wit_version {
+                    return Err(LoadError::Contract {
+                        path: path.to_path_buf(),
+                        detail: format!(
+                            "imports `{import}`, but this host provides {}@{}",
+                            wit::PACKAGE,
+                            info.wit_version
+                        ),
+                    });
+                }
+                interface == "types" || capability::INTERFACES.contains(&interface)
+            }
+            Some((package, _)) => package.starts_with("wasi:"),
+            None => false,
+        };
+        if !granted {
+            let capabilities: Vec<String> = capability::INTERFACES
+                .iter()
+                .map(|interface| format!("{}/{interface}", wit::PACKAGE))
+                .collect();
+            return Err(LoadError::Contract {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "imports `{import}`, which weir does not grant to sinks \
+                     (granted: {} and WASI without files, sockets or environment)",
+                    capabilities.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "nothing".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// Refuses files that are not components before the compiler sees them, so
+/// the operator reads what is wrong rather than a parser's complaint. The
+/// header's layer field tells components (1) from core modules (0).
+fn check_is_component(path: &Path, wasm: &[u8]) -> Result<(), LoadError> {
+    let refuse = |detail: &str| {
+        Err(LoadError::NotAComponent {
+            path: path.to_path_buf(),
+            detail: detail.to_string(),
+        })
+    };
+    if wasm.len() < 8 || wasm[..4] != *b"\0asm" {
+        return refuse("it is not WebAssembly (no `\\0asm` header)");
+    }
+    if wasm[4..8] == [0x01, 0x00, 0x00, 0x00] {
+        return refuse(
+            "it is a core WebAssembly module, not a component; build it for wasm32-wasip2 \
+             (or wrap it with `wasm-tools component new`)",
+        );
+    }
+    if wasm[6..8] != [0x01, 0x00] {
+        return refuse(&format!(
+            "its header (version and layer bytes {:02x?}) is neither a core module's nor a \
+             component's",
+            &wasm[4..8]
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(imports: &[&str]) -> PluginInfo {
+        PluginInfo {
+            path: PathBuf::from("sink.wasm"),
+            sha256: String::new(),
+            size: 0,
+            wit_version: "0.1.0".into(),
+            capabilities: Vec::new(),
+            network: Vec::new(),
+            imports: imports.iter().map(|i| i.to_string()).collect(),
+            exports: vec!["weir:sink/sink@0.1.0".into()],
+        }
+    }
+
+    #[test]
+    fn imports_are_granted_by_capabilities() {
+        let path = Path::new("sink.wasm");
+        let granted = [
+            "weir:sink/types@0.1.0",
+            "weir:sink/blobstore@0.1.0",
+            "weir:sink/log@0.1.0",
+            "wasi:io/streams@0.2.6",
+        ];
+        let none = NetworkGrants::default();
+        assert!(check_imports(path, &info(&granted), &none).is_ok());
+        let refused = |import: &str| match check_imports(path, &info(&[import]), &none) {
+            Err(LoadError::Contract { detail, .. }) => detail,
+            other => panic!("{import} was not refused: {other:?}"),
+        };
+        assert!(refused("wasi:http/outgoing-handler@0.2.6").contains("has no `grants.http`"));
+        assert!(refused("wasi:sockets/tcp@0.2.6").contains("has no `grants.tcp`"));
+        let web = NetworkGrants::parse(["http://127.0.0.1:8080"], None::<&str>).unwrap();
+        let http = info(&["wasi:http/outgoing-handler@0.2.6", "wasi:http/types@0.2.6"]);
+        assert!(check_imports(path, &http, &web).is_ok());
+        let sockets = info(&["wasi:sockets/tcp@0.2.6"]);
+        assert!(check_imports(path, &sockets, &web).is_err());
+        assert!(
+            refused("weir:sink/metrics@0.1.0")
+                .contains("granted: weir:sink/blobstore, weir:sink/log and WASI")
+        );
+        assert!(refused("weir:sink/log@0.2.0").contains("this host provides weir:sink@0.1.0"));
+    }
+}

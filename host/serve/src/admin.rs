@@ -1,0 +1,319 @@
+//! The admin API over HTTP: health and readiness, metrics, and the
+//! pipelines a token reaches. Every handler that waits (a swap waits for a
+//! commit boundary, a delete for the run to end) runs on a blocking thread.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::policy::Refusal;
+use super::server::{Caller, Origin, Server};
+use super::supervisor::State as PipelineState;
+
+/// The largest body taken: a plugin upload.
+const MAX_BODY: usize = 256 << 20;
+/// The largest pipeline file taken.
+const MAX_PIPELINE_FILE: usize = 1 << 20;
+
+pub fn router(server: Arc<Server>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/v1/pipelines", get(list))
+        .route(
+            "/v1/pipelines/{tenant}/{pipeline}",
+            put(apply).get(status).delete(delete),
+        )
+        .route("/v1/pipelines/{tenant}/{pipeline}/{verb}", post(steer))
+        .route(
+            "/v1/pipelines/{tenant}/{pipeline}/sinks/{sink}/plugin",
+            put(replace),
+        )
+        .route(
+            "/v1/pipelines/{tenant}/{pipeline}/sinks/{sink}/rollback",
+            post(rollback),
+        )
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(server)
+}
+
+type Answer = Result<Response, Failure>;
+
+/// A refusal on its way out (boxed: a response is large, and most
+/// answers are not refusals).
+pub struct Failure(Box<Response>);
+
+impl From<Response> for Failure {
+    fn from(response: Response) -> Self {
+        Failure(Box::new(response))
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, axum::Json(json!({ "error": message.to_string() }))).into_response()
+}
+
+fn refusal(refusal: Refusal) -> Response {
+    let status = match &refusal {
+        Refusal::Invalid(_) => StatusCode::BAD_REQUEST,
+        Refusal::NotFound(_) => StatusCode::NOT_FOUND,
+        Refusal::Conflict(_) => StatusCode::CONFLICT,
+        Refusal::Plugin(_) => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    error(status, refusal)
+}
+
+fn ok(value: impl serde::Serialize) -> Response {
+    (StatusCode::OK, axum::Json(value)).into_response()
+}
+
+/// The caller behind the request's bearer token.
+fn caller(server: &Server, headers: &HeaderMap) -> Result<Caller, Failure> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let unauthorized = |why: &str| {
+        let mut response = error(StatusCode::UNAUTHORIZED, why);
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            "Bearer".parse().expect("a valid header"),
+        );
+        Failure::from(response)
+    };
+    let Some(token) = token else {
+        return Err(unauthorized(
+            "an `Authorization: Bearer TOKEN` header is needed",
+        ));
+    };
+    server
+        .caller(token)
+        .ok_or_else(|| unauthorized("the token is not known"))
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Response> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the handler failed: {e}"),
+        )
+    })
+}
+
+async fn health() -> &'static str {
+    "ok\n"
+}
+
+/// Ready when every pipeline that should run runs (or paused, or its
+/// source ended) and every pipeline file was admitted.
+async fn ready(State(server): State<Arc<Server>>) -> Response {
+    let mut not_running = Vec::new();
+    for slot in server.slots() {
+        let (state, reason) = slot.state();
+        let fine = matches!(
+            state,
+            PipelineState::Running | PipelineState::Paused | PipelineState::Finished
+        );
+        if !fine {
+            not_running.push(json!({
+                "pipeline": slot.id(),
+                "state": state,
+                "reason": reason,
+            }));
+        }
+    }
+    let rejected: Vec<Value> = server
+        .rejected
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .map(|(file, why)| json!({ "file": file.display().to_string(), "error": why }))
+        .collect();
+    let ready = not_running.is_empty() && rejected.is_empty();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({ "ready": ready, "not_running": not_running, "rejected": rejected });
+    (status, axum::Json(body)).into_response()
+}
+
+async fn metrics(State(server): State<Arc<Server>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        server.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn list(State(server): State<Arc<Server>>, headers: HeaderMap) -> Answer {
+    let caller = caller(&server, &headers)?;
+    Ok(ok(json!({ "pipelines": server.list(&caller) })))
+}
+
+async fn apply(
+    State(server): State<Arc<Server>>,
+    Path((tenant, pipeline)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let caller = caller(&server, &headers)?;
+    if body.len() > MAX_PIPELINE_FILE {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a pipeline file is at most {} KiB", MAX_PIPELINE_FILE >> 10),
+        )
+        .into());
+    }
+    let text = String::from_utf8(body.to_vec())
+        .map_err(|_| error(StatusCode::BAD_REQUEST, "the pipeline file is not UTF-8"))?;
+    let changed = blocking(move || server.apply(&caller, &tenant, &pipeline, &text, Origin::Api))
+        .await?
+        .map_err(refusal)?;
+    Ok(ok(json!({ "changed": changed })))
+}
+
+async fn status(
+    State(server): State<Arc<Server>>,
+    Path((tenant, pipeline)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let caller = caller(&server, &headers)?;
+    let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
+    let (state, reason) = slot.state();
+    let plugins: serde_json::Map<String, Value> = slot
+        .plugins()
+        .into_iter()
+        .map(|(sink, v)| {
+            let value = json!({
+                "path": v.path.display().to_string(),
+                "sha256": v.sha256,
+                "previous_sha256": v.previous.map(|(_, sha)| sha),
+                "swaps": v.swaps,
+            });
+            (sink, value)
+        })
+        .collect();
+    Ok(ok(json!({
+        "tenant": slot.tenant.name,
+        "pipeline": slot.name,
+        "state": state,
+        "reason": reason,
+        "failures": slot.failures(),
+        "file": slot.tenant.pipelines_dir.join(format!("{}.yaml", slot.name)).display().to_string(),
+        "plugins": plugins,
+        "live": slot.live(),
+        "sink_errors": slot.sink_errors(),
+        "swaps": slot.swaps(),
+    })))
+}
+
+async fn delete(
+    State(server): State<Arc<Server>>,
+    Path((tenant, pipeline)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let caller = caller(&server, &headers)?;
+    blocking(move || server.delete(&caller, &tenant, &pipeline, Origin::Api))
+        .await?
+        .map_err(refusal)?;
+    Ok(ok(json!({ "deleted": true })))
+}
+
+async fn steer(
+    State(server): State<Arc<Server>>,
+    Path((tenant, pipeline, verb)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let caller = caller(&server, &headers)?;
+    let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
+    let done = match verb.as_str() {
+        "pause" => slot.pause(),
+        "resume" => slot.resume(),
+        "stop" => {
+            slot.stop();
+            Ok(())
+        }
+        "start" => {
+            slot.start();
+            Ok(())
+        }
+        _ => {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!("no action `{verb}`: pause, resume, stop or start"),
+            )
+            .into());
+        }
+    };
+    done.map_err(|why| {
+        error(
+            StatusCode::CONFLICT,
+            format!("cannot {verb} `{}`: {why}", slot.id()),
+        )
+    })?;
+    let (state, reason) = slot.state();
+    Ok(ok(json!({ "state": state, "reason": reason })))
+}
+
+#[derive(Deserialize)]
+struct Pin {
+    sha256: Option<String>,
+}
+
+async fn replace(
+    State(server): State<Arc<Server>>,
+    Path((tenant, pipeline, sink)): Path<(String, String, String)>,
+    Query(pin): Query<Pin>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let caller = caller(&server, &headers)?;
+    let swapped = blocking(move || {
+        server.replace(
+            &caller,
+            &tenant,
+            &pipeline,
+            &sink,
+            &body,
+            pin.sha256.as_deref(),
+        )
+    })
+    .await?
+    .map_err(refusal)?;
+    Ok(ok(swapped))
+}
+
+async fn rollback(
+    State(server): State<Arc<Server>>,
+    Path((tenant, pipeline, sink)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let caller = caller(&server, &headers)?;
+    let swapped = blocking(move || server.rollback(&caller, &tenant, &pipeline, &sink))
+        .await?
+        .map_err(refusal)?;
+    Ok(ok(swapped))
+}

@@ -1,0 +1,169 @@
+//! `weir serve`: one process that runs many tenants' pipelines, each on
+//! threads of its own, with an admin API ([`admin`]), a watched folder of
+//! pipeline files ([`watch`]), and plugins swapped at commit boundaries.
+//!
+//! [`host_file`] reads the host file, [`tenant`] holds each tenant's
+//! folders and bounds, [`policy`] decides what a tenant may run (every
+//! admission and count check), [`supervisor`] runs one pipeline
+//! (restarts, backoff, parking), and [`server`] is what the API and the
+//! watcher do to pipelines.
+
+pub mod admin;
+pub mod host_file;
+pub mod policy;
+pub mod server;
+pub mod supervisor;
+pub mod tenant;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use host_file::HostConfig;
+use server::Server;
+use supervisor::Context;
+use tenant::Tenant;
+
+use weir_metrics::Metrics;
+use weir_runtime::WasmEngine;
+
+/// Runs the host file's tenants' pipelines and the admin API until SIGTERM
+/// (or Ctrl-C): then every pipeline stops at a commit boundary, and the
+/// process exits within the host file's `shutdown_grace_ms` whatever a
+/// sink is doing.
+pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
+    let host = HostConfig::load(host_file)?;
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("weir-io")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the I/O runtime: {e}"))?;
+    let state_dir = tenant::made(&host.resolve(&host.state_dir), "state_dir")?;
+    let pipelines_dir = tenant::made(&host.resolve(&host.pipelines_dir), "pipelines_dir")?;
+    let mut tenants = BTreeMap::new();
+    for name in host.tenants.keys() {
+        tenants.insert(name.clone(), Arc::new(Tenant::open(&host, name)?));
+    }
+    check_apart(&host, &tenants, &state_dir, &pipelines_dir)?;
+    let engine =
+        Arc::new(WasmEngine::new(&state_dir.join("component-cache")).map_err(|e| e.to_string())?);
+    let context = Context {
+        engine,
+        io: io.handle().clone(),
+        restart: host.restart.clone(),
+    };
+    let grace = Duration::from_millis(host.shutdown_grace_ms);
+    let interval = Duration::from_millis(host.watch_interval_ms);
+    let listen = host.listen;
+    let server = Arc::new(Server::new(host, tenants, Metrics::new(), context)?);
+
+    let listener = io
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let router = admin::router(server.clone());
+    io.spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!("the admin API stopped: {e}");
+        }
+    });
+    tracing::info!(%listen, "weir serve: admin API listening");
+
+    let stop_watching = Arc::new(AtomicBool::new(false));
+    {
+        let server = server.clone();
+        let stop = stop_watching.clone();
+        std::thread::Builder::new()
+            .name("watch".into())
+            .spawn(move || watch::watch(server, interval, stop))
+            .map_err(|e| format!("cannot start the folder watcher: {e}"))?;
+    }
+
+    let signal = io.block_on(first_signal())?;
+    let started = Instant::now();
+    tracing::warn!(
+        "{signal}: stopping every pipeline at a commit boundary, within {:.1} s (again to exit at once)",
+        grace.as_secs_f64()
+    );
+    stop_watching.store(true, Ordering::Relaxed);
+    io.spawn(exit_on_second_signal());
+    let all_ended = server.stop_all(grace);
+    if !all_ended {
+        let in_flight = weir_runtime::worker::calls_in_flight();
+        eprintln!(
+            "weir: not every pipeline stopped within {:.1} s; exiting anyway ({}); nothing \
+             uncommitted was acknowledged, the next start resumes from the last checkpoint",
+            grace.as_secs_f64(),
+            if in_flight.is_empty() {
+                "no sink call was under way".to_string()
+            } else {
+                format!("still under way: {}", in_flight.join("; "))
+            }
+        );
+        std::process::exit(1);
+    }
+    tracing::info!(
+        "every pipeline stopped in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Every run has ended and closed its store: nothing is left to write.
+    // Tearing down the engine's reserved memory pool and the I/O runtime
+    // would only spend the grace.
+    std::process::exit(0)
+}
+
+async fn first_signal() -> Result<&'static str, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    Ok(tokio::select! {
+        _ = interrupt.recv() => "Ctrl-C",
+        _ = terminate.recv() => "SIGTERM",
+    })
+}
+
+async fn exit_on_second_signal() {
+    if let Ok(name) = first_signal().await {
+        let code = if name == "SIGTERM" { 143 } else { 130 };
+        eprintln!("weir: {name} again: exiting at once");
+        std::process::exit(code);
+    }
+}
+
+/// No tenant root may overlap another's, the host's state folder or the
+/// watched folder: a sink could otherwise reach what is not its tenant's.
+fn check_apart(
+    host: &HostConfig,
+    tenants: &BTreeMap<String, Arc<Tenant>>,
+    state_dir: &Path,
+    pipelines_dir: &Path,
+) -> Result<(), String> {
+    let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+    for (name, tenant) in tenants {
+        for (what, place) in [("state_dir", state_dir), ("pipelines_dir", pipelines_dir)] {
+            if overlap(&tenant.root, place) {
+                return Err(format!(
+                    "{}: tenants.{name}.root ({}) overlaps the host's {what} ({})",
+                    host.file.display(),
+                    tenant.root.display(),
+                    place.display()
+                ));
+            }
+        }
+        for (other, theirs) in tenants.range(name.clone()..).skip(1) {
+            if overlap(&tenant.root, &theirs.root) {
+                return Err(format!(
+                    "{}: tenants.{name}.root and tenants.{other}.root overlap ({} and {})",
+                    host.file.display(),
+                    tenant.root.display(),
+                    theirs.root.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}

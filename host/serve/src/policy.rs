@@ -1,0 +1,425 @@
+//! What a tenant of `weir serve` may run: every admission and count check
+//! in one place. A pipeline file is read without the host's environment,
+//! its state put where the host keeps the tenant's, its blob roots and
+//! plugin paths held inside the tenant's folders, its grants within the
+//! tenant's, the servers its source reaches granted to the tenant (each
+//! source says which it reaches), and the tenant's pipelines counted
+//! against its bounds.
+
+use std::path::{Component, Path, PathBuf};
+
+use weir_pipeline::config::PipelineConfig;
+use weir_source::Endpoint;
+
+use crate::tenant::{Tenant, made};
+
+/// Why an operation was not done; the admin API maps each to a status.
+#[derive(Debug)]
+pub enum Refusal {
+    /// 400: the input is wrong.
+    Invalid(String),
+    /// 404: no such pipeline (or not the caller's).
+    NotFound(String),
+    /// 409: the pipeline's state forbids it.
+    Conflict(String),
+    /// 422: the plugin was refused; the old one keeps running.
+    Plugin(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Invalid(m)
+            | Refusal::NotFound(m)
+            | Refusal::Conflict(m)
+            | Refusal::Plugin(m) => f.write_str(m),
+        }
+    }
+}
+
+impl Tenant {
+    /// Reads a pipeline file of this tenant deployed as `name` and makes it
+    /// safe to run: every error names `file` and the key.
+    pub fn admit(&self, name: &str, text: &str, file: &Path) -> Result<PipelineConfig, String> {
+        weir_pipeline::config::check_name("pipeline name", name)?;
+        // `${VAR}` reaches only the variables the host file gives the
+        // tenant: the host's environment holds the tokens, and other
+        // tenants' secrets.
+        let mut config = PipelineConfig::parse(text, file, &self.pipelines_dir, |var| {
+            self.config
+                .env
+                .iter()
+                .any(|own| own == var)
+                .then(|| std::env::var(var).ok())
+                .flatten()
+        })
+        .map_err(|e| {
+            let e = e.to_string();
+            if e.contains("environment variable") {
+                format!(
+                    "{e}; under weir serve a pipeline file reads only the variables listed in \
+                     tenants.{}.env in the host file",
+                    self.name
+                )
+            } else {
+                e
+            }
+        })?;
+        let invalid = |detail: String| format!("{}: {detail}", file.display());
+        let kind = config.source.kind();
+        config
+            .source
+            .endpoints()
+            .and_then(|endpoints| self.check_source_endpoints(kind, &endpoints))
+            .map_err(|e| invalid(format!("source.{kind}: {e}")))?;
+        if config.pipeline != name {
+            return Err(invalid(format!(
+                "pipeline: `{}` differs from the name it is deployed as (`{name}`)",
+                config.pipeline
+            )));
+        }
+        if config.state_dir != Path::new(".weir") {
+            return Err(invalid(
+                "state_dir: not allowed under weir serve (the host keeps every pipeline's \
+                 positions and epochs in its own state folder)"
+                    .into(),
+            ));
+        }
+        config.state_dir = self.state_dir.join("pipelines").join(name);
+        let pipeline_root = self.root.join(name);
+        for (i, sink) in config.sinks.iter_mut().enumerate() {
+            let field = format!("sinks[{i}]");
+            let root = self
+                .sink_root(&pipeline_root, &sink.blob_store.url)
+                .map_err(|e| invalid(format!("{field}.blob_store.url: {e}")))?;
+            if !sink.blob_store.options.is_empty() {
+                return Err(invalid(format!(
+                    "{field}.blob_store.options: not allowed under weir serve (roots are folders \
+                     in the tenant's root)"
+                )));
+            }
+            sink.blob_store.url = root.display().to_string();
+            sink.plugin = self
+                .plugin_path(&sink.plugin)
+                .map_err(|e| invalid(format!("{field}.plugin: {e}")))?;
+            let asked = sink
+                .grants
+                .parse()
+                .map_err(|e| invalid(format!("{field}.{e}")))?;
+            if let Err((kind, pattern)) = self.grants.check_within(&asked) {
+                return Err(invalid(format!(
+                    "{field}.{}: `{pattern}` is not within tenant `{}`'s grants \
+                     (tenants.{}.{} in the host file)",
+                    kind.key(),
+                    self.name,
+                    self.name,
+                    kind.key()
+                )));
+            }
+        }
+        Ok(config)
+    }
+
+    /// Every server a source connects to must be granted to the tenant
+    /// (`tenants.<name>.sources.<kind>` in the host file); a Unix socket
+    /// never is.
+    fn check_source_endpoints(&self, kind: &str, endpoints: &[Endpoint]) -> Result<(), String> {
+        for endpoint in endpoints {
+            let (name, port) = match endpoint {
+                Endpoint::Tcp { host, port } => (host.to_ascii_lowercase(), *port),
+                Endpoint::Unix(path) => {
+                    return Err(format!(
+                        "`{path}` is a Unix socket, which is not allowed under weir serve"
+                    ));
+                }
+            };
+            let allowed = match name.parse::<std::net::IpAddr>() {
+                Ok(ip) => self.sources.allows_ip(ip, port).is_some(),
+                Err(_) => self.sources.allows_tcp_name(&name, port).is_some(),
+            };
+            if !allowed {
+                return Err(format!(
+                    "`{name}:{port}` is not granted to tenant `{}` (tenants.{}.sources.{kind} in \
+                     the host file)",
+                    self.name, self.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds to a load error that names a missing grant whether the tenant
+    /// could be granted it at all.
+    pub fn explain(&self, message: String) -> String {
+        for (key, none) in [
+            ("grants.http", self.grants.http.is_empty()),
+            ("grants.tcp", self.grants.tcp.is_empty()),
+        ] {
+            if message.contains(&format!("no `{key}`")) && none {
+                return format!(
+                    "{message} (tenant `{}` is granted none: tenants.{}.{key} in the host file)",
+                    self.name, self.name
+                );
+            }
+        }
+        message
+    }
+
+    /// Whether the tenant may run `config` (from `file`) beside its other
+    /// pipelines, given as the `memory_mb` each of them takes (the one
+    /// `config` replaces left out): a new pipeline must fit under
+    /// `max_pipelines`, and every pipeline's sinks under `max_memory_mb`
+    /// together.
+    pub fn check_counts(
+        &self,
+        config: &PipelineConfig,
+        file: &Path,
+        others: &[u64],
+        replaces_one: bool,
+    ) -> Result<(), Refusal> {
+        if !replaces_one && others.len() >= self.config.max_pipelines {
+            return Err(Refusal::Conflict(format!(
+                "tenant `{}` already has {} pipelines, its max_pipelines",
+                self.name,
+                others.len()
+            )));
+        }
+        let memory: u64 = others.iter().sum::<u64>() + config.sinks_memory_mb();
+        if memory > self.config.max_memory_mb {
+            return Err(Refusal::Invalid(format!(
+                "{}: the sinks' memory_mb would bring tenant `{}` to {memory} MiB, over its \
+                 max_memory_mb of {} MiB",
+                file.display(),
+                self.name,
+                self.config.max_memory_mb
+            )));
+        }
+        Ok(())
+    }
+
+    /// A sink's root: a relative folder path inside `<root>/<pipeline>`,
+    /// made if missing, that resolves (links too) inside the tenant's root.
+    fn sink_root(&self, pipeline_root: &Path, url: &str) -> Result<PathBuf, String> {
+        let relative = Path::new(url);
+        let plain = !url.contains(':')
+            && relative.is_relative()
+            && relative
+                .components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+            && relative
+                .components()
+                .any(|c| matches!(c, Component::Normal(_)));
+        if !plain {
+            return Err(format!(
+                "`{url}` must be a relative folder path without `..` or a scheme: under weir \
+                 serve a sink's root lies in its tenant's root"
+            ));
+        }
+        let wanted = pipeline_root.join(relative);
+        let out = || {
+            format!(
+                "`{url}` leads out of tenant `{}`'s root (through a link)",
+                self.name
+            )
+        };
+        // The deepest part that exists (a link counts, even a dangling
+        // one) must resolve inside the root before anything is made: a
+        // link must not get a folder made at its far end.
+        let mut existing = wanted.clone();
+        while std::fs::symlink_metadata(&existing).is_err() {
+            if !existing.pop() {
+                return Err(out());
+            }
+        }
+        let resolved = existing.canonicalize().map_err(|_| out())?;
+        if !resolved.starts_with(&self.root) {
+            return Err(out());
+        }
+        let root = made(&wanted, "the root")?;
+        if !root.starts_with(&self.root) {
+            return Err(out());
+        }
+        Ok(root)
+    }
+
+    /// A plugin path, resolved inside the tenant's pipelines folder or its
+    /// uploads.
+    pub fn plugin_path(&self, path: &Path) -> Result<PathBuf, String> {
+        let joined = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.pipelines_dir.join(path)
+        };
+        let resolved = joined
+            .canonicalize()
+            .map_err(|e| format!("`{}`: {e}", path.display()))?;
+        let uploads = self.uploads_dir().canonicalize().ok();
+        let inside = resolved.starts_with(&self.pipelines_dir)
+            || uploads.is_some_and(|u| resolved.starts_with(u));
+        if !inside {
+            return Err(format!(
+                "`{}` lies outside tenant `{}`'s pipelines folder",
+                path.display(),
+                self.name
+            ));
+        }
+        Ok(resolved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host_file::HostConfig;
+
+    /// Two tenants in a temporary folder, with a plugin file each.
+    fn host(dir: &Path) -> HostConfig {
+        let text = "listen: 127.0.0.1:0\nstate_dir: state\npipelines_dir: pipelines\n\
+            operator_token_env: WEIR_TEST_OPERATOR\n\
+            tenants:\n\
+            \x20 a:\n    token_env: WEIR_TEST_TOKEN_A\n    root: data/a\n    env: [WEIR_TENANT_A_SECRET]\n\
+            \x20   grants: { http: [\"https://*.a.example\"], tcp: [\"10.1.0.0/16:6379\"] }\n\
+            \x20   sources: { postgres: [\"db.a.example:5432\"] }\n\
+            \x20 b:\n    token_env: WEIR_TEST_TOKEN_B\n    root: data/b\n    env: [WEIR_TENANT_B_SECRET]\n";
+        // SAFETY: set before any thread of this test reads the environment;
+        // every test sets the same values.
+        unsafe {
+            std::env::set_var("WEIR_TEST_TOKEN_A", "token-of-tenant-a-0123456789");
+            std::env::set_var("WEIR_TEST_TOKEN_B", "token-of-tenant-b-0123456789");
+            std::env::set_var("WEIR_TENANT_A_SECRET", "from-a");
+            std::env::set_var("WEIR_TENANT_B_SECRET", "from-b");
+        }
+        let host = HostConfig::parse(text, &dir.join("host.yaml"), dir).unwrap();
+        for tenant in ["a", "b"] {
+            let folder = dir.join("pipelines").join(tenant);
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(folder.join("sink.wasm"), b"not looked at here").unwrap();
+        }
+        host
+    }
+
+    fn pipeline(sink_extra: &str) -> String {
+        format!(
+            "pipeline: p\nsource: {{ generator: {{ seed: 1 }} }}\nsinks:\n  - name: s\n    \
+             plugin: sink.wasm\n    blob_store: {{ url: lake }}\n{sink_extra}"
+        )
+    }
+
+    #[test]
+    fn a_pipeline_is_held_inside_its_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let config = a.admit("p", &pipeline(""), Path::new("p.yaml")).unwrap();
+        let root = PathBuf::from(&config.sinks[0].blob_store.url);
+        assert!(
+            root.starts_with(&a.root) && root.ends_with("p/lake"),
+            "{root:?}"
+        );
+        assert!(config.state_dir.starts_with(&a.state_dir));
+        assert!(config.sinks[0].plugin.starts_with(&a.pipelines_dir));
+    }
+
+    #[test]
+    fn escapes_from_the_tenant_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let b = Tenant::open(&host, "b").unwrap();
+        let refused = |text: String, key: &str| {
+            let error = a.admit("p", &text, Path::new("p.yaml")).unwrap_err();
+            assert!(error.contains(key), "expected `{key}` in: {error}");
+        };
+        for url in [
+            "../../b/p",
+            "/tmp/elsewhere",
+            "file:///tmp/x",
+            "s3://bucket/x",
+            ".",
+        ] {
+            refused(
+                pipeline("").replace("url: lake", &format!("url: \"{url}\"")),
+                "blob_store.url",
+            );
+        }
+        // A link in A's root that leads into B's.
+        std::os::unix::fs::symlink(&b.root, a.root.join("into-b")).unwrap();
+        std::fs::create_dir_all(a.root.join("p")).unwrap();
+        std::os::unix::fs::symlink(&b.root, a.root.join("p").join("lake")).unwrap();
+        refused(pipeline(""), "leads out of tenant `a`'s root");
+        std::fs::remove_file(a.root.join("p").join("lake")).unwrap();
+        // B's plugin, by a path out of A's folder.
+        refused(
+            pipeline("").replace("plugin: sink.wasm", "plugin: ../b/sink.wasm"),
+            "sinks[0].plugin",
+        );
+        refused(
+            format!("{}state_dir: elsewhere\n", pipeline("")),
+            "state_dir",
+        );
+        refused(
+            pipeline("").replace("pipeline: p", "pipeline: q"),
+            "differs from the name",
+        );
+        refused(
+            pipeline("    grants: { tcp: [\"10.2.0.1:6379\"] }\n"),
+            "grants.tcp",
+        );
+        refused(
+            pipeline("    grants: { http: [\"https://b.example\"] }\n"),
+            "grants.http",
+        );
+        // Another tenant's variable, and the host's own, are not there.
+        refused(
+            pipeline("    config: { k: \"${WEIR_TENANT_B_SECRET}\" }\n"),
+            "WEIR_TENANT_B_SECRET",
+        );
+        refused(
+            pipeline("    config: { k: \"${WEIR_TEST_TOKEN_A}\" }\n"),
+            "WEIR_TEST_TOKEN_A",
+        );
+        let own = a
+            .admit(
+                "p",
+                &pipeline("    config: { k: \"${WEIR_TENANT_A_SECRET}\" }\n"),
+                Path::new("p.yaml"),
+            )
+            .unwrap();
+        assert_eq!(own.sinks[0].config["k"], "from-a");
+        // Grants within the tenant's are taken.
+        a.admit(
+            "p",
+            &pipeline(
+                "    grants: { http: [\"https://api.a.example\"], tcp: [\"10.1.2.3:6379\"] }\n",
+            ),
+            Path::new("p.yaml"),
+        )
+        .unwrap();
+    }
+
+    fn postgres_pipeline(dsn: &str) -> String {
+        pipeline("").replace(
+            "source: { generator: { seed: 1 } }",
+            &format!("source: {{ postgres: {{ dsn: \"{dsn}\", publication: p, slot: s }} }}"),
+        )
+    }
+
+    #[test]
+    fn a_database_must_be_granted_to_the_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let admit = |dsn: &str| a.admit("p", &postgres_pipeline(dsn), Path::new("p.yaml"));
+        admit("host=db.a.example user=x dbname=y").unwrap();
+        for dsn in [
+            "host=db.b.example user=x",
+            "host=db.a.example port=6543 user=x",
+            "host=/var/run/postgresql user=x",
+            "postgresql://x@10.0.0.1:5432/y",
+            "user=x dbname=y",
+        ] {
+            let error = admit(dsn).expect_err(dsn);
+            assert!(error.contains("source.postgres: "), "{error}");
+        }
+    }
+}

@@ -1,0 +1,644 @@
+//! The pipelines of every tenant, and what can be done to them: create,
+//! change, pause, resume, stop, start, delete, and swap a sink's plugin.
+//! The admin API and the folder watcher both come here; every operation
+//! is checked against the tenant it is done for.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::host_file::HostConfig;
+use super::policy::Refusal;
+use super::supervisor::{Context, PluginVersion, Slot, State, SwapRecord};
+use super::tenant::{self, Tenant};
+use weir_metrics::Metrics;
+use weir_pipeline::SwapRequest;
+use weir_pipeline::control::RUN_ENDED;
+use weir_pipeline::setup::SinkFactory;
+use weir_runtime::{Plugin, plugin};
+
+/// How long a swap may wait for its pipeline's next commit boundary.
+const SWAP_WAIT: Duration = Duration::from_secs(120);
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    Operator,
+    Tenant(String),
+}
+
+impl Caller {
+    fn reaches(&self, tenant: &str) -> bool {
+        match self {
+            Caller::Operator => true,
+            Caller::Tenant(own) => own == tenant,
+        }
+    }
+}
+
+/// Where a definition came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Folder,
+    Api,
+}
+
+pub struct Server {
+    pub host: HostConfig,
+    operator_digest: [u8; 32],
+    pub tenants: BTreeMap<String, Arc<Tenant>>,
+    pipelines: Mutex<BTreeMap<(String, String), Arc<Slot>>>,
+    /// Pipeline files that could not be admitted, with why (for `/ready`).
+    pub rejected: Mutex<BTreeMap<PathBuf, String>>,
+    pub metrics: Arc<Metrics>,
+    context: Context,
+}
+
+/// One line of `GET /v1/pipelines`.
+#[derive(Debug, Serialize)]
+pub struct Listed {
+    pub tenant: String,
+    pub pipeline: String,
+    pub state: State,
+    pub reason: Option<String>,
+}
+
+/// What a swap answers.
+#[derive(Debug, Serialize)]
+pub struct Swapped {
+    pub sink: String,
+    pub sha256: String,
+    pub previous_sha256: Option<String>,
+    /// How long the pipeline stopped taking changes; `None` when it was
+    /// not running (the version is taken at its next start).
+    pub pause_ms: Option<f64>,
+    pub at: Option<String>,
+}
+
+impl Server {
+    pub fn new(
+        host: HostConfig,
+        tenants: BTreeMap<String, Arc<Tenant>>,
+        metrics: Arc<Metrics>,
+        context: Context,
+    ) -> Result<Server, String> {
+        let operator = host.operator_token()?;
+        Ok(Server {
+            operator_digest: tenant::digest(&operator),
+            host,
+            tenants,
+            pipelines: Mutex::new(BTreeMap::new()),
+            rejected: Mutex::new(BTreeMap::new()),
+            metrics,
+            context,
+        })
+    }
+
+    fn pipelines(&self) -> MutexGuard<'_, BTreeMap<(String, String), Arc<Slot>>> {
+        self.pipelines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Who presents `token`, if anyone.
+    pub fn caller(&self, token: &str) -> Option<Caller> {
+        let presented = tenant::digest(token);
+        // Every digest is compared, so the time taken does not tell which.
+        let mut found = None;
+        if presented == self.operator_digest {
+            found = Some(Caller::Operator);
+        }
+        for (name, tenant) in &self.tenants {
+            if tenant.token_matches(&presented) {
+                found = Some(Caller::Tenant(name.clone()));
+            }
+        }
+        found
+    }
+
+    /// Notes a pipeline file that could not be admitted.
+    pub fn reject(&self, file: &Path, why: String) {
+        self.rejected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(file.to_path_buf(), why);
+    }
+
+    pub fn forget_rejected(&self, file: &Path) {
+        self.rejected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(file);
+    }
+
+    /// Every slot, for the watcher and `/ready`.
+    pub fn slots(&self) -> Vec<Arc<Slot>> {
+        self.pipelines().values().cloned().collect()
+    }
+
+    pub fn list(&self, caller: &Caller) -> Vec<Listed> {
+        self.slots()
+            .into_iter()
+            .filter(|s| caller.reaches(&s.tenant.name))
+            .map(|s| {
+                let (state, reason) = s.state();
+                Listed {
+                    tenant: s.tenant.name.clone(),
+                    pipeline: s.name.clone(),
+                    state,
+                    reason,
+                }
+            })
+            .collect()
+    }
+
+    /// The slot of `tenant/name` if the caller reaches it; another tenant's
+    /// pipeline is "not found", exactly like one that does not exist.
+    pub fn slot(&self, caller: &Caller, tenant: &str, name: &str) -> Result<Arc<Slot>, Refusal> {
+        let missing = || Refusal::NotFound(format!("no pipeline `{tenant}/{name}`"));
+        if !caller.reaches(tenant) {
+            return Err(missing());
+        }
+        self.pipelines()
+            .get(&(tenant.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(missing)
+    }
+
+    fn tenant(&self, caller: &Caller, tenant: &str) -> Result<Arc<Tenant>, Refusal> {
+        if !caller.reaches(tenant) {
+            return Err(Refusal::NotFound(format!("no tenant `{tenant}`")));
+        }
+        self.tenants
+            .get(tenant)
+            .cloned()
+            .ok_or_else(|| Refusal::NotFound(format!("no tenant `{tenant}`")))
+    }
+
+    /// Creates or changes `tenant/name` from a pipeline file's text. From
+    /// the API the text is also written into the watched folder, so the
+    /// folder stays the one record of what runs.
+    pub fn apply(
+        &self,
+        caller: &Caller,
+        tenant_name: &str,
+        name: &str,
+        text: &str,
+        origin: Origin,
+    ) -> Result<bool, Refusal> {
+        let tenant = self.tenant(caller, tenant_name)?;
+        let file = tenant.pipelines_dir.join(format!("{name}.yaml"));
+        let config = tenant.admit(name, text, &file).map_err(Refusal::Invalid)?;
+        let definition = hex::encode(Sha256::digest(text.as_bytes()));
+        let mut plugins = file_versions(&config).map_err(Refusal::Invalid)?;
+        keep_saved_versions(&config, &mut plugins);
+        let mut pipelines = self.pipelines();
+        let key = (tenant_name.to_string(), name.to_string());
+        let existing = pipelines.get(&key).cloned();
+        let others: Vec<u64> = pipelines
+            .values()
+            .filter(|s| s.tenant.name == tenant_name && s.name != name)
+            .map(|s| s.memory_mb())
+            .collect();
+        tenant.check_counts(&config, &file, &others, existing.is_some())?;
+        if origin == Origin::Api {
+            write_atomically(&file, text.as_bytes()).map_err(Refusal::Invalid)?;
+        }
+        self.rejected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&file);
+        match existing {
+            Some(slot) if slot.definition() == definition => Ok(false),
+            Some(slot) => {
+                tracing::info!(pipeline = %slot.id(), "definition changed: restarting at a commit boundary");
+                slot.redefine(config, definition, plugins);
+                Ok(true)
+            }
+            None => {
+                let metrics = self.metrics.pipeline(tenant_name, name);
+                let slot = Slot::new(tenant.clone(), name, config, definition, plugins, metrics);
+                slot.spawn(self.context.clone())
+                    .map_err(|e| Refusal::Conflict(format!("cannot start a thread: {e}")))?;
+                tracing::info!(pipeline = %slot.id(), "created");
+                pipelines.insert(key, slot);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Stops `tenant/name`, waits for its run to end (within the host's
+    /// grace), forgets it and, from the API, removes its file.
+    pub fn delete(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        name: &str,
+        origin: Origin,
+    ) -> Result<(), Refusal> {
+        let slot = self.slot(caller, tenant, name)?;
+        slot.delete();
+        let grace = Duration::from_millis(self.host.shutdown_grace_ms);
+        if !slot.wait_ended(grace) {
+            tracing::warn!(pipeline = %slot.id(), "its run did not end within the grace; forgotten anyway");
+        }
+        self.pipelines()
+            .remove(&(tenant.to_string(), name.to_string()));
+        let sinks: Vec<String> = slot.config().sinks.iter().map(|s| s.name.clone()).collect();
+        let tables: Vec<String> = slot
+            .live()
+            .map(|live| {
+                let mut tables: Vec<String> = live
+                    .sinks
+                    .values()
+                    .flat_map(|s| s.tables.keys().cloned())
+                    .collect();
+                tables.sort();
+                tables.dedup();
+                tables
+            })
+            .unwrap_or_default();
+        slot.metrics.forget(&sinks, &tables);
+        if origin == Origin::Api {
+            let file = slot.tenant.pipelines_dir.join(format!("{name}.yaml"));
+            let _ = std::fs::remove_file(file);
+        }
+        tracing::info!(pipeline = %slot.id(), "deleted");
+        Ok(())
+    }
+
+    /// Replaces `sink`'s plugin of `tenant/name` with `wasm`, at the next
+    /// commit boundary. The new version is loaded, checked, instantiated
+    /// and opened beside the old one first; if any of that fails, the old
+    /// one runs on and the refusal says why.
+    pub fn replace(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        name: &str,
+        sink: &str,
+        wasm: &[u8],
+        pin: Option<&str>,
+    ) -> Result<Swapped, Refusal> {
+        let slot = self.slot(caller, tenant, name)?;
+        let sha256 = hex::encode(Sha256::digest(wasm));
+        if let Some(pin) = pin
+            && !pin.eq_ignore_ascii_case(&sha256)
+        {
+            return Err(self.refused(
+                &slot,
+                sink,
+                &sha256,
+                format!("the plugin's sha256 is {sha256}, not the {pin} it was pinned to"),
+            ));
+        }
+        let path = slot.tenant.uploads_dir().join(format!("{sha256}.wasm"));
+        write_atomically(&path, wasm).map_err(Refusal::Invalid)?;
+        self.swap_to(&slot, sink, path, sha256, "swapped")
+    }
+
+    /// Swaps `sink` back to the version it ran before.
+    pub fn rollback(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        name: &str,
+        sink: &str,
+    ) -> Result<Swapped, Refusal> {
+        let slot = self.slot(caller, tenant, name)?;
+        let current = slot.plugin(sink).ok_or_else(|| {
+            Refusal::NotFound(format!("pipeline `{}` has no sink `{sink}`", slot.id()))
+        })?;
+        let Some((path, sha256)) = current.previous else {
+            return Err(Refusal::Conflict(format!(
+                "sink `{sink}` has no previous version to roll back to"
+            )));
+        };
+        self.swap_to(&slot, sink, path, sha256, "rolled_back")
+    }
+
+    /// Swaps `sink` to the plugin file it names in the pipeline file, whose
+    /// content changed (the watcher saw it).
+    pub fn reload_from_file(
+        &self,
+        slot: &Arc<Slot>,
+        sink: &str,
+        path: PathBuf,
+        sha256: String,
+    ) -> Result<Swapped, Refusal> {
+        self.swap_to(slot, sink, path, sha256, "swapped")
+    }
+
+    fn swap_to(
+        &self,
+        slot: &Arc<Slot>,
+        sink: &str,
+        path: PathBuf,
+        sha256: String,
+        outcome: &'static str,
+    ) -> Result<Swapped, Refusal> {
+        let _one_at_a_time = slot.swapping.try_lock().map_err(|_| {
+            Refusal::Conflict(format!(
+                "a plugin swap of `{}` is already under way; try again when it is answered",
+                slot.id()
+            ))
+        })?;
+        let config = slot.config();
+        let Some(sink_config) = config.sinks.iter().find(|s| s.name == sink).cloned() else {
+            return Err(Refusal::NotFound(format!(
+                "pipeline `{}` has no sink `{sink}`",
+                slot.id()
+            )));
+        };
+        if let Some(pinned) = &sink_config.sha256
+            && !pinned.eq_ignore_ascii_case(&sha256)
+        {
+            return Err(self.refused(slot, sink, &sha256, format!(
+                "sink `{sink}` is pinned to sha256 {pinned} in the pipeline file; change the pin \
+                 there to run another version"
+            )));
+        }
+        let current = slot.plugin(sink);
+        if current.as_ref().is_some_and(|c| c.sha256 == sha256) {
+            return Err(Refusal::Conflict(format!(
+                "sink `{sink}` already runs {sha256}"
+            )));
+        }
+        let version = PluginVersion {
+            path: path.clone(),
+            sha256: sha256.clone(),
+            previous: current.as_ref().map(|c| (c.path.clone(), c.sha256.clone())),
+            swaps: current.as_ref().map_or(0, |c| c.swaps) + 1,
+            file_sha256: current
+                .as_ref()
+                .map(|c| c.file_sha256.clone())
+                .unwrap_or_default(),
+        };
+        let previous_sha256 = current.map(|c| c.sha256);
+        let factory = SinkFactory::new(
+            &self.context.engine,
+            &self.context.io,
+            slot.metrics.clone(),
+            Some(slot.tenant.share.clone()),
+        )
+        .map_err(|e| Refusal::Plugin(e.to_string()))?;
+        let control = slot.control().filter(|c| !c.stopping());
+        let Some(control) = control else {
+            // Not running: check that it loads, and take it at the next start.
+            let grants = sink_config.grants.parse().map_err(Refusal::Invalid)?;
+            let linker =
+                plugin::linker(&self.context.engine).map_err(|e| Refusal::Plugin(e.to_string()))?;
+            Plugin::load(
+                &self.context.engine,
+                &linker,
+                &path,
+                Some(&sha256),
+                &sink_config.limits.compile_limits(),
+                &grants,
+            )
+            .map_err(|e| self.refused(slot, sink, &sha256, e.to_string()))?;
+            return Ok(take_at_next_start(
+                slot,
+                sink,
+                version,
+                outcome,
+                previous_sha256,
+            ));
+        };
+        let worker = factory
+            .start(&config, &sink_config, &path, Some(&sha256))
+            .map_err(|e| self.refused(slot, sink, &sha256, e))?;
+        let (reply, answer) = channel();
+        control.request_swap(SwapRequest {
+            sink: sink.to_string(),
+            worker,
+            reply,
+        });
+        let done = match answer.recv_timeout(SWAP_WAIT) {
+            Ok(Ok(done)) => done,
+            // It loaded, instantiated and opened; the run ended first.
+            Ok(Err(e)) if e == RUN_ENDED => {
+                return Ok(take_at_next_start(
+                    slot,
+                    sink,
+                    version,
+                    outcome,
+                    previous_sha256,
+                ));
+            }
+            Ok(Err(e)) => return Err(self.refused(slot, sink, &sha256, e)),
+            Err(_) => {
+                let why = format!(
+                    "the pipeline reached no commit boundary within {} s",
+                    SWAP_WAIT.as_secs()
+                );
+                return Err(self.refused(slot, sink, &sha256, why));
+            }
+        };
+        slot.set_plugin(
+            sink,
+            version,
+            record(
+                sink,
+                outcome,
+                &sha256,
+                Some(done.pause_ms),
+                done.at.clone(),
+                None,
+            ),
+        );
+        save_versions(slot);
+        if outcome != "swapped" {
+            // The run counted it as a swap; say it was a rollback too.
+            slot.metrics.swap(sink, outcome);
+        }
+        Ok(Swapped {
+            sink: sink.to_string(),
+            sha256,
+            previous_sha256,
+            pause_ms: Some(done.pause_ms),
+            at: done.at,
+        })
+    }
+
+    /// Records a refused swap and makes the refusal.
+    fn refused(&self, slot: &Slot, sink: &str, sha256: &str, reason: String) -> Refusal {
+        let reason = format!("sink `{sink}`: {}", slot.tenant.explain(reason));
+        tracing::warn!(pipeline = %slot.id(), sink, "plugin {sha256} refused: {reason}");
+        slot.record_swap(record(
+            sink,
+            "refused",
+            sha256,
+            None,
+            None,
+            Some(reason.clone()),
+        ));
+        Refusal::Plugin(reason)
+    }
+
+    /// Asks every pipeline to stop at a commit boundary and waits for all
+    /// of them, at most `grace`. False when one did not end in time.
+    pub fn stop_all(&self, grace: Duration) -> bool {
+        let slots = self.slots();
+        for slot in &slots {
+            slot.delete();
+        }
+        let deadline = std::time::Instant::now() + grace;
+        slots.iter().all(|slot| {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            slot.wait_ended(left)
+        })
+    }
+}
+
+/// Makes `version` the one `sink` runs from its pipeline's next start (the
+/// pipeline is not running now).
+fn take_at_next_start(
+    slot: &Slot,
+    sink: &str,
+    version: PluginVersion,
+    outcome: &'static str,
+    previous_sha256: Option<String>,
+) -> Swapped {
+    let sha256 = version.sha256.clone();
+    slot.set_plugin(
+        sink,
+        version,
+        record(sink, outcome, &sha256, None, None, None),
+    );
+    save_versions(slot);
+    slot.metrics.swap(sink, outcome);
+    Swapped {
+        sink: sink.to_string(),
+        sha256,
+        previous_sha256,
+        pause_ms: None,
+        at: None,
+    }
+}
+
+fn record(
+    sink: &str,
+    outcome: &'static str,
+    sha256: &str,
+    pause_ms: Option<f64>,
+    at: Option<String>,
+    reason: Option<String>,
+) -> SwapRecord {
+    SwapRecord {
+        sink: sink.to_string(),
+        outcome,
+        sha256: sha256.to_string(),
+        pause_ms,
+        at,
+        reason,
+    }
+}
+
+/// Where the plugin versions a pipeline's sinks run are kept across
+/// restarts of the host.
+fn versions_file(config: &weir_pipeline::config::PipelineConfig) -> PathBuf {
+    config.state_dir.join("plugins.json")
+}
+
+/// Records which plugin version each sink runs, so a version swapped in
+/// through the API is still the one run after the host restarts.
+fn save_versions(slot: &Slot) {
+    let file = versions_file(&slot.config());
+    let saved = serde_json::to_vec_pretty(&slot.plugins())
+        .map_err(|e| e.to_string())
+        .and_then(|json| write_atomically(&file, &json));
+    if let Err(e) = saved {
+        tracing::warn!(pipeline = %slot.id(), "cannot record the plugin versions: {e}");
+    }
+}
+
+/// Takes the saved version of each sink whose pipeline file still names
+/// the plugin it named when that version was swapped in (and whose file is
+/// still there).
+fn keep_saved_versions(
+    config: &weir_pipeline::config::PipelineConfig,
+    plugins: &mut BTreeMap<String, PluginVersion>,
+) {
+    let Ok(json) = std::fs::read(versions_file(config)) else {
+        return;
+    };
+    let Ok(saved) = serde_json::from_slice::<BTreeMap<String, PluginVersion>>(&json) else {
+        tracing::warn!(pipeline = %config.pipeline, "the saved plugin versions cannot be read; the pipeline file's are run");
+        return;
+    };
+    for (sink, version) in saved {
+        let Some(from_file) = plugins.get_mut(&sink) else {
+            continue;
+        };
+        let pinned = config
+            .sinks
+            .iter()
+            .any(|s| s.name == sink && s.sha256.is_some());
+        let still_there = file_digest(&version.path).is_ok_and(|d| d == version.sha256);
+        if version.file_sha256 == from_file.sha256 && still_there && !pinned {
+            *from_file = version;
+        }
+    }
+}
+
+/// The plugin each sink names in its definition, with its digest.
+pub fn file_versions(
+    config: &weir_pipeline::config::PipelineConfig,
+) -> Result<BTreeMap<String, PluginVersion>, String> {
+    let mut versions = BTreeMap::new();
+    for sink in &config.sinks {
+        let sha256 = file_digest(&sink.plugin).map_err(|e| {
+            format!(
+                "sink `{}`: plugin {}: {e}",
+                sink.name,
+                sink.plugin.display()
+            )
+        })?;
+        if let Some(pin) = &sink.sha256
+            && !pin.eq_ignore_ascii_case(&sha256)
+        {
+            return Err(format!(
+                "sink `{}`: plugin {} has sha256 {sha256}, not the {pin} it is pinned to",
+                sink.name,
+                sink.plugin.display()
+            ));
+        }
+        versions.insert(
+            sink.name.clone(),
+            PluginVersion {
+                path: sink.plugin.clone(),
+                file_sha256: sha256.clone(),
+                sha256,
+                previous: None,
+                swaps: 0,
+            },
+        );
+    }
+    Ok(versions)
+}
+
+pub fn file_digest(path: &Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+/// Writes beside the target and renames over it, so a reader sees the old
+/// file or the new one, never half of it.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let folder = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(folder)
+        .map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
+    let temporary = folder.join(format!(
+        ".{}.partial",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+    ));
+    std::fs::write(&temporary, bytes)
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

@@ -1,0 +1,507 @@
+//! One pipeline under `weir serve`: its definition, the plugin version each
+//! sink runs, and the thread that runs it, restarts it with backoff when it
+//! fails, and parks it when it keeps failing.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::host_file::RestartConfig;
+use super::tenant::Tenant;
+use weir_metrics::PipelineMetrics;
+use weir_pipeline::config::PipelineConfig;
+use weir_pipeline::control::LiveStatus;
+use weir_pipeline::{self, Control, RunError, RunHost, RunOptions};
+use weir_runtime::WasmEngine;
+
+/// Where a pipeline is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Starting,
+    Running,
+    Paused,
+    /// Failed; restarted after a pause.
+    Backoff,
+    /// Failed too often in a row (or on a batch that can never be
+    /// written); waits for the operator.
+    Parked,
+    /// Stopped by the operator (or the host is stopping).
+    Stopped,
+    /// Its source ended (a bounded generator).
+    Finished,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Backoff => "backoff",
+            State::Parked => "parked",
+            State::Stopped => "stopped",
+            State::Finished => "finished",
+        }
+    }
+}
+
+/// What the operator wants of a pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    Run,
+    Stop,
+    /// The slot goes away once its run ended.
+    Delete,
+}
+
+/// The plugin a sink runs now, and the one before it (for rollback).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct PluginVersion {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub previous: Option<(PathBuf, String)>,
+    pub swaps: u64,
+    /// The digest of the plugin the pipeline file names, when this version
+    /// was swapped in: a version swapped in through the API outlives a
+    /// restart of the host only while the file's plugin stays that one.
+    #[serde(default)]
+    pub file_sha256: String,
+}
+
+/// One swap asked for, as the status shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SwapRecord {
+    pub sink: String,
+    pub outcome: &'static str,
+    pub sha256: String,
+    pub pause_ms: Option<f64>,
+    pub at: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// The swaps the status keeps, newest last.
+const SWAPS_KEPT: usize = 64;
+
+pub struct Slot {
+    pub tenant: Arc<Tenant>,
+    pub name: String,
+    pub metrics: PipelineMetrics,
+    inner: Mutex<Inner>,
+    changed: Condvar,
+    /// Held while a swap of one of its sinks is under way: one at a time,
+    /// so a flood of uploads cannot keep the host compiling.
+    pub swapping: Mutex<()>,
+}
+
+struct Inner {
+    config: PipelineConfig,
+    /// SHA-256 of the definition's text, to tell a change from a re-read.
+    definition: String,
+    plugins: BTreeMap<String, PluginVersion>,
+    wanted: Wanted,
+    /// Set when the definition changed: the next run takes it.
+    restart: bool,
+    state: State,
+    reason: Option<String>,
+    failures: u32,
+    control: Option<Arc<Control>>,
+    swaps: VecDeque<SwapRecord>,
+    ended: bool,
+    /// The live status of the last run, kept once it ended.
+    last_live: Option<LiveStatus>,
+    /// The last error each sink caused, with when.
+    sink_errors: BTreeMap<String, String>,
+}
+
+/// What the thread of a slot needs from the host.
+#[derive(Clone)]
+pub struct Context {
+    pub engine: Arc<WasmEngine>,
+    pub io: tokio::runtime::Handle,
+    pub restart: RestartConfig,
+}
+
+impl Slot {
+    pub fn new(
+        tenant: Arc<Tenant>,
+        name: &str,
+        config: PipelineConfig,
+        definition: String,
+        plugins: BTreeMap<String, PluginVersion>,
+        metrics: PipelineMetrics,
+    ) -> Arc<Slot> {
+        metrics.state(State::Starting.as_str());
+        Arc::new(Slot {
+            tenant,
+            name: name.to_string(),
+            metrics,
+            inner: Mutex::new(Inner {
+                config,
+                definition,
+                plugins,
+                wanted: Wanted::Run,
+                restart: false,
+                state: State::Starting,
+                reason: None,
+                failures: 0,
+                control: None,
+                swaps: VecDeque::new(),
+                ended: false,
+                last_live: None,
+                sink_errors: BTreeMap::new(),
+            }),
+            changed: Condvar::new(),
+            swapping: Mutex::new(()),
+        })
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `tenant/pipeline`, as logs and `/ready` name it.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.tenant.name, self.name)
+    }
+
+    /// Starts the slot's thread.
+    pub fn spawn(self: &Arc<Self>, context: Context) -> std::io::Result<()> {
+        let slot = self.clone();
+        std::thread::Builder::new()
+            .name(format!("pipeline-{}", self.id()))
+            .spawn(move || slot.supervise(&context))
+            .map(|_| ())
+    }
+
+    /// The state now: a run that has recovered is running (or paused).
+    pub fn state(&self) -> (State, Option<String>) {
+        let inner = self.inner();
+        let state = match (&inner.control, inner.state) {
+            (Some(c), State::Starting) if c.recovered() && !c.stopping() => {
+                if c.paused() {
+                    State::Paused
+                } else {
+                    State::Running
+                }
+            }
+            (_, state) => state,
+        };
+        (state, inner.reason.clone())
+    }
+
+    pub fn definition(&self) -> String {
+        self.inner().definition.clone()
+    }
+
+    pub fn config(&self) -> PipelineConfig {
+        self.inner().config.clone()
+    }
+
+    pub fn control(&self) -> Option<Arc<Control>> {
+        self.inner().control.clone()
+    }
+
+    /// The last error of each sink that caused one.
+    pub fn sink_errors(&self) -> BTreeMap<String, String> {
+        self.inner().sink_errors.clone()
+    }
+
+    /// The running run's live status, or the last run's.
+    pub fn live(&self) -> Option<LiveStatus> {
+        let inner = self.inner();
+        match &inner.control {
+            Some(control) => Some(control.live()),
+            None => inner.last_live.clone(),
+        }
+    }
+
+    pub fn plugin(&self, sink: &str) -> Option<PluginVersion> {
+        self.inner().plugins.get(sink).cloned()
+    }
+
+    pub fn plugins(&self) -> BTreeMap<String, PluginVersion> {
+        self.inner().plugins.clone()
+    }
+
+    pub fn failures(&self) -> u32 {
+        self.inner().failures
+    }
+
+    pub fn swaps(&self) -> Vec<SwapRecord> {
+        self.inner().swaps.iter().cloned().collect()
+    }
+
+    pub fn memory_mb(&self) -> u64 {
+        self.inner().config.sinks_memory_mb()
+    }
+
+    /// True once its thread has ended (after a delete).
+    pub fn ended(&self) -> bool {
+        self.inner().ended
+    }
+
+    /// Takes a new definition: the run under way stops at a commit boundary
+    /// and the next one runs the new definition.
+    pub fn redefine(
+        &self,
+        config: PipelineConfig,
+        definition: String,
+        plugins: BTreeMap<String, PluginVersion>,
+    ) {
+        let mut inner = self.inner();
+        inner.config = config;
+        inner.definition = definition;
+        inner.plugins = plugins;
+        inner.restart = true;
+        inner.failures = 0;
+        if let Some(control) = &inner.control {
+            control.stop();
+        }
+        self.changed.notify_all();
+    }
+
+    /// Sets the plugin version a sink runs from now on (a swap was made, or
+    /// the pipeline was not running) and records the swap.
+    pub fn set_plugin(&self, sink: &str, version: PluginVersion, record: SwapRecord) {
+        let mut inner = self.inner();
+        inner.plugins.insert(sink.to_string(), version);
+        push_swap(&mut inner, record);
+    }
+
+    pub fn record_swap(&self, record: SwapRecord) {
+        push_swap(&mut self.inner(), record);
+    }
+
+    pub fn pause(&self) -> Result<(), String> {
+        let inner = self.inner();
+        match &inner.control {
+            Some(control) if inner.state == State::Starting => {
+                control.pause();
+                Ok(())
+            }
+            _ => Err(format!("it is {}, not running", inner.state.as_str())),
+        }
+    }
+
+    pub fn resume(&self) -> Result<(), String> {
+        let mut inner = self.inner();
+        match inner.state {
+            State::Parked | State::Backoff => {
+                inner.failures = 0;
+                inner.wanted = Wanted::Run;
+                inner.state = State::Starting;
+                inner.reason = None;
+                self.changed.notify_all();
+                Ok(())
+            }
+            _ => match &inner.control {
+                Some(control) => {
+                    control.resume();
+                    Ok(())
+                }
+                None => Err(format!("it is {}, not paused", inner.state.as_str())),
+            },
+        }
+    }
+
+    pub fn stop(&self) {
+        self.want(Wanted::Stop);
+    }
+
+    pub fn delete(&self) {
+        self.want(Wanted::Delete);
+    }
+
+    pub fn start(&self) {
+        let mut inner = self.inner();
+        inner.wanted = Wanted::Run;
+        inner.failures = 0;
+        if matches!(
+            inner.state,
+            State::Parked | State::Backoff | State::Stopped | State::Finished
+        ) {
+            inner.state = State::Starting;
+            inner.reason = None;
+        }
+        self.changed.notify_all();
+    }
+
+    fn want(&self, wanted: Wanted) {
+        let mut inner = self.inner();
+        inner.wanted = wanted;
+        if let Some(control) = &inner.control {
+            control.stop();
+        }
+        self.changed.notify_all();
+    }
+
+    /// Waits until the slot's thread ended, at most `bound`.
+    pub fn wait_ended(&self, bound: Duration) -> bool {
+        let inner = self.inner();
+        let (inner, _) = self
+            .changed
+            .wait_timeout_while(inner, bound, |i| !i.ended)
+            .unwrap_or_else(PoisonError::into_inner);
+        inner.ended
+    }
+
+    fn set_state(&self, inner: &mut Inner, state: State, reason: Option<String>) {
+        inner.state = state;
+        inner.reason = reason;
+        self.metrics.state(state.as_str());
+        self.changed.notify_all();
+    }
+
+    /// The thread: runs, restarts and parks, until deleted.
+    fn supervise(self: Arc<Self>, context: &Context) {
+        loop {
+            let (config, control) = {
+                let mut inner = self.inner();
+                loop {
+                    match inner.wanted {
+                        Wanted::Delete => {
+                            inner.ended = true;
+                            inner.control = None;
+                            self.set_state(&mut inner, State::Stopped, Some("deleted".into()));
+                            return;
+                        }
+                        Wanted::Stop => {
+                            if inner.state != State::Stopped {
+                                self.set_state(&mut inner, State::Stopped, None);
+                            }
+                        }
+                        Wanted::Run if inner.state == State::Starting || inner.restart => break,
+                        Wanted::Run => {}
+                    }
+                    inner = self
+                        .changed
+                        .wait(inner)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                inner.restart = false;
+                let control = Control::new(self.metrics.clone());
+                inner.control = Some(control.clone());
+                self.set_state(&mut inner, State::Starting, None);
+                (effective(&inner), control)
+            };
+            let host = RunHost {
+                io: &context.io,
+                engine: &context.engine,
+                control: &control,
+                tenant: Some(self.tenant.share.clone()),
+            };
+            let span =
+                tracing::info_span!("pipeline", tenant = %self.tenant.name, pipeline = %self.name);
+            let result =
+                span.in_scope(|| weir_pipeline::run(&config, &RunOptions::default(), &host));
+            self.after_run(result, &control, context);
+        }
+    }
+
+    fn after_run(
+        &self,
+        result: Result<weir_pipeline::RunReport, RunError>,
+        control: &Control,
+        context: &Context,
+    ) {
+        let mut inner = self.inner();
+        inner.control = None;
+        let live = control.live();
+        let committed = live.batches_committed > 0;
+        inner.last_live = Some(live);
+        match result {
+            Ok(_) if inner.restart || inner.wanted != Wanted::Run => {
+                // Stopped on purpose: the loop decides what is next.
+                if inner.restart {
+                    self.set_state(&mut inner, State::Starting, None);
+                }
+            }
+            Ok(report) => {
+                let reason = (!report.disabled.is_empty()).then(|| {
+                    let names: Vec<&String> = report.disabled.keys().collect();
+                    format!("finished with optional sinks disabled: {names:?}")
+                });
+                self.set_state(&mut inner, State::Finished, reason);
+            }
+            Err(e) => {
+                let message = self.tenant.explain(e.to_string());
+                tracing::error!(pipeline = %self.id(), "run failed: {message}");
+                let sink = match &e {
+                    RunError::Stopped(stop) => Some(stop.sink.clone()),
+                    RunError::Sink { sink, .. } => Some(sink.clone()),
+                    _ => None,
+                };
+                if let Some(sink) = sink {
+                    inner.sink_errors.insert(sink, message.clone());
+                }
+                if inner.restart || inner.wanted != Wanted::Run {
+                    if inner.restart {
+                        self.set_state(&mut inner, State::Starting, Some(message));
+                    }
+                    return;
+                }
+                inner.failures = if committed { 1 } else { inner.failures + 1 };
+                let hopeless = is_poison(&e);
+                if hopeless || inner.failures >= context.restart.max_failures {
+                    let why = if hopeless {
+                        format!("parked: a batch can never be written: {message}")
+                    } else {
+                        format!(
+                            "parked after {} failures in a row: {message}",
+                            inner.failures
+                        )
+                    };
+                    tracing::error!(pipeline = %self.id(), "{why}");
+                    self.set_state(&mut inner, State::Parked, Some(why));
+                    return;
+                }
+                let pause = context.restart.backoff(inner.failures);
+                self.metrics.restarted();
+                let why = format!(
+                    "restarting in {:.1} s after failure {}: {message}",
+                    pause.as_secs_f64(),
+                    inner.failures
+                );
+                self.set_state(&mut inner, State::Backoff, Some(why));
+                // Wait out the pause unless told otherwise meanwhile.
+                let (mut inner, _) = self
+                    .changed
+                    .wait_timeout_while(inner, pause, |i| {
+                        i.wanted == Wanted::Run && i.state == State::Backoff && !i.restart
+                    })
+                    .unwrap_or_else(PoisonError::into_inner);
+                if inner.wanted == Wanted::Run && inner.state == State::Backoff {
+                    self.set_state(&mut inner, State::Starting, None);
+                }
+            }
+        }
+    }
+}
+
+fn push_swap(inner: &mut Inner, record: SwapRecord) {
+    if inner.swaps.len() == SWAPS_KEPT {
+        inner.swaps.pop_front();
+    }
+    inner.swaps.push_back(record);
+}
+
+/// The definition with each sink running its current plugin version.
+fn effective(inner: &Inner) -> PipelineConfig {
+    let mut config = inner.config.clone();
+    for sink in &mut config.sinks {
+        if let Some(version) = inner.plugins.get(&sink.name) {
+            sink.plugin = version.path.clone();
+            sink.sha256 = Some(version.sha256.clone());
+        }
+    }
+    config
+}
+
+/// A failure that a restart cannot mend: a batch no sink can ever write.
+fn is_poison(error: &RunError) -> bool {
+    matches!(error, RunError::Stopped(stop) if stop.failure.kind == weir_core::FailureKind::Poison)
+}

@@ -1,0 +1,93 @@
+//! One tenant of `weir serve`: its token, its folders, its grants and
+//! bounds, and what it shares between its pipelines. What a tenant may run
+//! is decided in [`policy`](crate::policy).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use weir_contract::grants::Grants;
+
+use super::host_file::{HostConfig, TenantConfig};
+use weir_runtime::TenantShare;
+
+pub struct Tenant {
+    pub name: String,
+    pub config: TenantConfig,
+    token_digest: [u8; 32],
+    /// The tenant's blob-store root, links resolved.
+    pub root: PathBuf,
+    /// `<pipelines_dir>/<tenant>`, links resolved: its pipeline files and
+    /// the plugins they name.
+    pub pipelines_dir: PathBuf,
+    /// `<state_dir>/tenants/<tenant>`: its positions, epochs and uploads.
+    pub state_dir: PathBuf,
+    pub grants: Grants,
+    /// The servers its pipelines' sources may read (as TCP grants).
+    pub sources: Grants,
+    pub share: Arc<TenantShare>,
+}
+
+impl Tenant {
+    /// Makes the tenant's folders and reads its token; `host_state` and
+    /// `watched` are the host's own folders (resolved), which no tenant
+    /// root may overlap.
+    pub fn open(host: &HostConfig, name: &str) -> Result<Tenant, String> {
+        let config = host.tenants[name].clone();
+        let field = format!("{}: tenants.{name}", host.file.display());
+        let token = host.tenant_token(name)?;
+        let root = made(&host.resolve(&config.root), &format!("{field}.root"))?;
+        let pipelines_dir = made(
+            &host.resolve(&host.pipelines_dir).join(name),
+            &format!("{field}: its pipelines folder"),
+        )?;
+        let state_dir = made(
+            &host.resolve(&host.state_dir).join("tenants").join(name),
+            &format!("{field}: its state folder"),
+        )?;
+        let grants = config.grants.parse().map_err(|e| format!("{field}.{e}"))?;
+        let sources = Grants::parse(Vec::<String>::new(), &config.sources.postgres)
+            .map_err(|e| format!("{field}.sources.postgres: {e}"))?;
+        let stored_now = weir_runtime::capability::blob_walk::stored_bytes(&root)
+            .map_err(|e| format!("{field}.root: cannot measure {}: {e}", root.display()))?;
+        let share = Arc::new(TenantShare::new(
+            name,
+            config.max_stored_mb.saturating_mul(1 << 20),
+            stored_now,
+            config.log_lines_per_second,
+            config.log_burst,
+        ));
+        Ok(Tenant {
+            name: name.to_string(),
+            token_digest: digest(&token),
+            config,
+            root,
+            pipelines_dir,
+            state_dir,
+            grants,
+            sources,
+            share,
+        })
+    }
+
+    pub fn token_matches(&self, presented_digest: &[u8; 32]) -> bool {
+        self.token_digest == *presented_digest
+    }
+
+    /// Where uploaded plugins of the tenant are kept, by digest.
+    pub fn uploads_dir(&self) -> PathBuf {
+        self.state_dir.join("plugins")
+    }
+}
+
+/// The SHA-256 of a token, as tokens are compared.
+pub fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Makes a folder and resolves its links; `what` names it in the error.
+pub(super) fn made(path: &Path, what: &str) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(path)
+        .and_then(|()| path.canonicalize())
+        .map_err(|e| format!("{what}: cannot make {}: {e}", path.display()))
+}

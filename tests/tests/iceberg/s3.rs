@@ -1,0 +1,155 @@
+//! The Iceberg sink with its warehouse on S3: a private moto server, the
+//! sink's blob store `s3://weir-lake/lake`, and readers that go through the
+//! S3 API themselves, as a user's engine would: DuckDB (httpfs) and
+//! pyiceberg (pyarrow's S3 file system). Both must return the generator's
+//! state at the committed positions, and a second run must change nothing.
+
+use crate::common;
+use crate::iceberg_support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use common::{SinkBuilder, TableMode, tables, text, weir};
+use iceberg_support::*;
+use weir_test_support::moto::MotoServer;
+
+const BUCKET: &str = "weir-lake";
+const SEED: u64 = 17;
+const CHANGES: u64 = 3_000;
+
+/// The newest `vN.metadata.json` of a table among the bucket's keys.
+fn newest_metadata(keys: &BTreeMap<String, String>, table_prefix: &str) -> Option<String> {
+    keys.keys()
+        .filter_map(|key| {
+            let name = key.strip_prefix(&format!("{table_prefix}/metadata/v"))?;
+            let version: u64 = name.strip_suffix(".metadata.json")?.parse().ok()?;
+            Some((version, key.clone()))
+        })
+        .max()
+        .map(|(_, key)| key)
+}
+
+/// Reads `s3://BUCKET/key` with `reader`, which reaches moto itself.
+fn read_through_s3(moto: &MotoServer, reader: &str, key: &str) -> Result<Read, String> {
+    let options = moto.blob_store_options();
+    let out = Command::new(python())
+        .arg(common::workspace().join("tests/readers/read_iceberg.py"))
+        .arg(reader)
+        .arg(format!("s3://{BUCKET}/{key}"))
+        .env("WEIR_S3_ENDPOINT", moto.endpoint())
+        .env("AWS_ACCESS_KEY_ID", &options["aws_access_key_id"])
+        .env("AWS_SECRET_ACCESS_KEY", &options["aws_secret_access_key"])
+        .env("AWS_DEFAULT_REGION", &options["aws_region"])
+        .output()
+        .expect("python runs");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let strings = |v: &serde_json::Value| -> Vec<Option<String>> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    Ok(Read {
+        columns: strings(&json["columns"]).into_iter().flatten().collect(),
+        rows: json["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(strings)
+            .collect(),
+    })
+}
+
+#[test]
+fn upsert_tables_on_s3_are_read_through_s3_by_duckdb_and_pyiceberg() {
+    let moto = MotoServer::start();
+    moto.create_bucket(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = format!("s3://{BUCKET}/lake");
+    let sink = SinkBuilder::new("iceberg", common::plugin("weir-iceberg-sink"))
+        .blob_store_url(&warehouse)
+        .limits(1024, 120_000)
+        .retries(2)
+        .config("warehouse", &warehouse);
+    let pipeline = tables()
+        .iter()
+        .fold(common::PipelineBuilder::generator(SEED, CHANGES), |p, t| {
+            p.table(&t.name, TableMode::Upsert, &destination(&t.name))
+        })
+        .name("s3up")
+        .sink(sink)
+        .max_rows(300)
+        .linger_ms(20)
+        .heartbeat_ms(500)
+        .metadata("pos", "change_pos")
+        .state_dir("state");
+    // The builder has no key for blob-store options: add them to the JSON.
+    let mut json: serde_json::Value = serde_json::from_str(&pipeline.text()).unwrap();
+    json["sinks"][0]["blob_store"]["options"] =
+        serde_json::to_value(moto.blob_store_options()).unwrap();
+    let file = dir.path().join("s3up.yaml");
+    std::fs::write(&file, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+
+    let out = weir(&["run", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir run failed: {}", text(&out));
+    assert!(
+        !dir.path().join("lake").exists(),
+        "the sink fell back to a local folder"
+    );
+
+    // Where each table stands, from a copy of the metadata: the truth to
+    // compare with is the generator's state at exactly those positions.
+    let copy = tempfile::tempdir().unwrap();
+    assert!(moto.download(BUCKET, "lake/", copy.path()) > 0);
+    let lake = Lake {
+        root: copy.path().to_path_buf(),
+    };
+    let mut committed = BTreeMap::new();
+    for table in tables() {
+        let (position, _) = lake
+            .committed(&destination(&table.name), "s3up", &table.name)
+            .unwrap_or_else(|| panic!("{}: nothing committed", table.name));
+        committed.insert(table.name.clone(), position);
+    }
+    let want = upsert_state_at(SEED, CHANGES, &committed);
+
+    let keys = moto.keys(BUCKET, "lake/");
+    for table in tables() {
+        let prefix = format!("lake/{}", destination(&table.name).replace('.', "/"));
+        let metadata = newest_metadata(&keys, &prefix)
+            .unwrap_or_else(|| panic!("{}: no metadata under s3://{BUCKET}/{prefix}", table.name));
+        let columns = column_names(&table, &["change_pos"]);
+        for reader in ["duckdb", "pyiceberg"] {
+            let read = read_through_s3(&moto, reader, &metadata)
+                .unwrap_or_else(|e| panic!("{reader} cannot read s3://{BUCKET}/{metadata}: {e}"));
+            assert_rows(
+                &format!("{reader} through S3, {}", table.name),
+                &want[&table.name],
+                &read.project(&columns),
+            );
+        }
+        println!(
+            "{}: {} rows, equal in DuckDB and pyiceberg through S3",
+            table.name,
+            want[&table.name].len()
+        );
+    }
+
+    // Done is done: a second run writes no object.
+    let out = weir(&["run", file.to_str().unwrap()], &[]);
+    assert!(
+        out.status.success(),
+        "the second run failed: {}",
+        text(&out)
+    );
+    assert_eq!(
+        moto.keys(BUCKET, "lake/"),
+        keys,
+        "the second run changed the lake"
+    );
+}
