@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_source::commit_order::stream_position;
 
 use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
@@ -155,7 +156,7 @@ fn schema() -> Arc<Schema> {
 /// Commit number `n` of `changes`, as the host would hand it to the sink.
 fn batch(n: u64, changes: &[Change]) -> (BatchHeader, Vec<u8>) {
     let positions: Vec<Position> = (0..changes.len())
-        .map(|i| Position::stream(n, i as u32))
+        .map(|i| stream_position(n, i as u32))
         .collect();
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(changes.iter().map(|c| c.0))),

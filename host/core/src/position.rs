@@ -38,30 +38,10 @@ impl Position {
         self.0.first() == Some(&PHASE_SNAPSHOT)
     }
 
-    /// A streaming position in the layout the generator and the Postgres
-    /// source share: a transaction's commit order (Postgres: the commit
-    /// LSN; generator: the transaction number), then the change's ordinal
-    /// inside that transaction. Another source may lay out its streaming
-    /// bytes its own way ([`Position::streaming`]); nothing above the
-    /// sources reads them.
-    pub fn stream(commit: u64, ordinal: u32) -> Self {
-        let mut bytes = Vec::with_capacity(13);
-        bytes.push(PHASE_STREAM);
-        bytes.extend_from_slice(&commit.to_be_bytes());
-        bytes.extend_from_slice(&ordinal.to_be_bytes());
-        Position(bytes)
-    }
-
-    /// Decodes a position made by [`Position::stream`] (for the sources
-    /// that make them, and for display).
-    pub fn as_stream(&self) -> Option<(u64, u32)> {
-        let b = &self.0;
-        if b.len() != 13 || b[0] != PHASE_STREAM {
-            return None;
-        }
-        let commit = u64::from_be_bytes(b[1..9].try_into().ok()?);
-        let ordinal = u32::from_be_bytes(b[9..13].try_into().ok()?);
-        Some((commit, ordinal))
+    /// The source's order bytes of a streaming position (what follows
+    /// the phase byte); `None` for a backfill position.
+    pub fn stream_order(&self) -> Option<&[u8]> {
+        self.0.strip_prefix(&[PHASE_STREAM])
     }
 
     /// A backfill (snapshot) position: the table's name, then the row's
@@ -117,8 +97,10 @@ impl fmt::Display for Position {
         if let Some((table, _)) = self.as_snapshot() {
             return write!(f, "backfill {table}");
         }
-        match self.as_stream() {
-            Some((commit, ordinal)) => write!(f, "{commit}/{ordinal}"),
+        // The layout of a streaming position's bytes is its source's
+        // (weir_source::commit_order::describe reads the shared one).
+        match self.stream_order() {
+            Some(order) => write!(f, "stream 0x{}", hex::encode(order)),
             None if self.0.is_empty() => write!(f, "(start)"),
             None => write!(f, "0x{}", self.to_hex()),
         }
@@ -136,32 +118,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn byte_order_is_source_order() {
-        let cases = [
-            (Position::stream(1, 0), Position::stream(1, 1)),
-            (Position::stream(1, u32::MAX), Position::stream(2, 0)),
-            (Position::stream(255, 7), Position::stream(256, 0)),
-            (
-                Position::stream(u64::MAX - 1, 9),
-                Position::stream(u64::MAX, 0),
-            ),
-        ];
-        for (lo, hi) in cases {
-            assert!(lo < hi, "{lo} should sort before {hi}");
-            assert!(lo.as_bytes() < hi.as_bytes());
-        }
-        let snapshot = Position::from_bytes(vec![PHASE_SNAPSHOT, 0xff, 0xff]);
-        assert!(snapshot < Position::stream(0, 0));
-    }
-
-    #[test]
     fn snapshot_positions_sort_by_table_then_key_and_before_streaming() {
         let a = Position::snapshot("public.a", &[0, 5]);
         let a2 = Position::snapshot("public.a", &[1, 0]);
         let ab = Position::snapshot("public.ab", &[]);
-        assert!(a < a2 && a2 < ab && ab < Position::stream(0, 0));
+        let stream = Position::streaming(&[0]);
+        assert!(a < a2 && a2 < ab && ab < stream);
         assert_eq!(a.as_snapshot(), Some(("public.a", [0u8, 5].as_slice())));
         assert_eq!(a.to_string(), "backfill public.a");
+        let unordered = Position::from_bytes(vec![PHASE_SNAPSHOT, 0xff, 0xff]);
+        assert!(unordered < stream);
     }
 
     #[test]
@@ -171,14 +137,8 @@ mod tests {
         assert!(early < late && !early.is_snapshot());
         assert!(Position::snapshot("t", b"k") < early);
         assert!(Position::snapshot("t", b"k").is_snapshot());
-        assert_eq!(early.as_stream(), None);
-    }
-
-    #[test]
-    fn stream_round_trips() {
-        let p = Position::stream(123_456_789, 42);
-        assert_eq!(p.as_stream(), Some((123_456_789, 42)));
-        assert_eq!(Position::from_hex(&p.to_hex()).unwrap(), p);
-        assert_eq!(p.to_string(), "123456789/42");
+        assert_eq!(early.stream_order(), Some(b"binlog.000002:0009".as_slice()));
+        assert_eq!(Position::from_hex(&early.to_hex()).unwrap(), early);
+        assert_eq!(Position::streaming(&[0xab]).to_string(), "stream 0xab");
     }
 }

@@ -28,6 +28,7 @@ use weir_core::commit::{Action, ClaimRefused, Core, Resume, Stop};
 use weir_runtime::{TenantShare, WasmEngine};
 use weir_source::Source;
 use weir_source::batch::{Batcher, Flush};
+use weir_source::commit_order::describe;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -152,7 +153,7 @@ pub fn run(
     };
     source.resume_after(resumed_after.as_ref())?;
     shell.report.epoch = core.epoch();
-    shell.report.resumed_after = resumed_after.as_ref().map(ToString::to_string);
+    shell.report.resumed_after = resumed_after.as_ref().map(describe);
     shell.publish(&core, &table_names, host.control, None, None);
     host.control.mark_recovered();
 
@@ -180,7 +181,7 @@ pub fn run(
         shell.report.transactions = transactions;
         shell.report.changes = changes;
     })?;
-    shell.report.checkpoint = core.checkpoint().map(ToString::to_string);
+    shell.report.checkpoint = core.checkpoint().map(describe);
     Ok(shell.report)
 }
 
@@ -410,7 +411,7 @@ impl<'scope, 'a> Run<'scope, 'a> {
             .map(|()| SwapDone {
                 sink: sink.clone(),
                 pause_ms: noticed.elapsed().as_secs_f64() * 1000.0,
-                at: core.checkpoint().map(ToString::to_string),
+                at: core.checkpoint().map(describe),
             });
         match &answer {
             Ok(done) => {

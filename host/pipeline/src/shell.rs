@@ -22,6 +22,7 @@ use weir_core::position::Position;
 use weir_metrics::{PipelineMetrics, SinkMetrics};
 use weir_runtime::{BatchHeader, CallError, SinkError, SinkWorker, TableDescription};
 use weir_source::batch::{Flush, TableBatch};
+use weir_source::commit_order::describe;
 
 pub(super) struct Shell {
     pipeline: String,
@@ -140,7 +141,7 @@ impl Shell {
             live.transactions = report.transactions;
             live.changes = report.changes;
             live.batches_committed = report.batches_committed;
-            live.checkpoint = core.checkpoint().map(ToString::to_string);
+            live.checkpoint = core.checkpoint().map(describe);
             live.lag_seconds = lag_seconds;
             live.lag_bytes = lag_bytes;
             for (sink, name) in self.sink_names.iter().enumerate() {
@@ -155,7 +156,7 @@ impl Shell {
                 for table in tables {
                     let at = entry.tables.entry(table.clone()).or_default();
                     if let Some((position, origin)) = core.committed(sink, table) {
-                        at.position = Some(position.to_string());
+                        at.position = Some(describe(position));
                         at.from = Some(match origin {
                             Origin::Sink => "sink",
                             Origin::Store => "store",

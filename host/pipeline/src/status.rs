@@ -12,6 +12,7 @@ use crate::{RunError, RunOptions, setup};
 use weir_core::commit::{Action, CommitPolicy, Core, SinkClaim, SinkSpec};
 use weir_core::position::Position;
 use weir_runtime::{SinkWorker, WasmEngine};
+use weir_source::commit_order::describe;
 
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -104,10 +105,10 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
             rows.push(TableStatus {
                 table: table.name.clone(),
                 position_hex: position.as_ref().map(Position::to_hex),
-                position: position.as_ref().map(ToString::to_string),
+                position: position.as_ref().map(describe),
                 source: committed.map_or("none", |(_, origin)| origin.as_str()),
                 store_position: (positioned && from_store != claimed)
-                    .then(|| from_store.as_ref().map(ToString::to_string))
+                    .then(|| from_store.as_ref().map(describe))
                     .flatten(),
                 lag_transactions: source.transactions_after(position.as_ref()),
             });
@@ -123,7 +124,7 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
     Ok(Status {
         pipeline: config.pipeline.clone(),
         epoch: store.current_epoch(&config.pipeline)?,
-        source_head: head.as_ref().map(ToString::to_string),
+        source_head: head.as_ref().map(describe),
         sinks: out,
     })
 }

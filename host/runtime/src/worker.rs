@@ -681,8 +681,8 @@ mod tests {
                 metadata: Vec::new(),
             }),
             id: "b-1".into(),
-            low: Position::stream(1, 0),
-            high: Position::stream(1, 1),
+            low: Position::streaming(&[1, 0]),
+            high: Position::streaming(&[1, 1]),
             rows: 2,
         };
         (header, Arc::new(writer.into_inner().unwrap()))

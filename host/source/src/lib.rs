@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod change;
+pub mod commit_order;
 pub mod generator;
 pub mod postgres;
 

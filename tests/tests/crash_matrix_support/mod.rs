@@ -13,6 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use weir_source::commit_order::StreamPosition;
 
 use rand::{Rng as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use weir_source::commit_order::StreamPosition;
 
 use super::holdings::{
     self, Differences, Held, TableShape, Truth, generator_shapes, held_in_iceberg, held_in_parquet,

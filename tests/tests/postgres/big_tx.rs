@@ -14,6 +14,7 @@
 
 use crate::common;
 use crate::postgres_support;
+use weir_source::commit_order::StreamPosition;
 
 use std::path::{Path, PathBuf};
 

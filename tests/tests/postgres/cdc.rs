@@ -7,6 +7,7 @@
 
 use crate::common;
 use crate::postgres_support;
+use weir_source::commit_order::StreamPosition;
 
 use std::time::{Duration, Instant};
 

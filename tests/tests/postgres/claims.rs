@@ -5,6 +5,7 @@
 
 use crate::common;
 use crate::postgres_support;
+use weir_source::commit_order::stream_position;
 
 use std::path::Path;
 
@@ -33,7 +34,7 @@ fn database_and_lie(pg: &Pg, db: &str, seed: u64) -> (String, Position) {
     pg.sql(db, SCHEMA);
     let mut rng = Rng::seeded(seed);
     pg.sql(db, &initial_load(60, 40, 4, &mut rng));
-    let lie = Position::stream(current_lsn(pg, db) + (1 << 40), 0);
+    let lie = stream_position(current_lsn(pg, db) + (1 << 40), 0);
     (dsn, lie)
 }
 

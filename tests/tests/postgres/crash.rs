@@ -10,6 +10,7 @@
 
 use crate::common;
 use crate::postgres_support;
+use weir_source::commit_order::StreamPosition;
 
 use std::sync::Arc;
 use std::sync::Mutex;

@@ -14,6 +14,7 @@
 //! end B's destination must equal the generator's oracle exactly.
 
 use crate::common;
+use weir_source::commit_order::StreamPosition;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use weir_source::commit_order::{describe, stream_position};
 
 use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use weir_contract::{Mode, OP_COLUMN, POS_COLUMN};
@@ -184,8 +185,8 @@ impl Harness {
     /// A batch over positions `first..=last` (the same range and table give
     /// the same batch id, as in the host).
     pub fn batch_at(&self, table: &Table, first: u64, last: u64, rows: Vec<Row>) -> TestBatch {
-        let low = Position::stream(first, 0);
-        let high = Position::stream(last, 0);
+        let low = stream_position(first, 0);
+        let high = stream_position(last, 0);
         let with_note = rows.iter().any(|r| r.note.is_some());
         let records = encode(&rows, first, with_note);
         TestBatch {
@@ -206,7 +207,7 @@ impl Harness {
     /// The next position, for a commit that carries no batch.
     pub fn advance(&mut self) -> Position {
         self.last_position += 1;
-        Position::stream(self.last_position, 0)
+        stream_position(self.last_position, 0)
     }
 
     /// Stages `batch`; the test host now expects its rows at the next commit.
@@ -414,7 +415,7 @@ impl Drop for Harness {
 fn describe_claim(claim: Option<(&Position, u64)>) -> String {
     match claim {
         None => "nothing".into(),
-        Some((position, epoch)) => format!("{position} (epoch {epoch})"),
+        Some((position, epoch)) => format!("{} (epoch {epoch})", describe(position)),
     }
 }
 
@@ -447,7 +448,7 @@ fn encode(rows: &[Row], first: u64, with_note: bool) -> RecordBatch {
     let ops =
         StringArray::from_iter_values(rows.iter().map(|r| r.op.as_deref().unwrap_or("insert")));
     let positions: Vec<Vec<u8>> = (0..rows.len() as u64)
-        .map(|i| Position::stream(first + i, 0).as_bytes().to_vec())
+        .map(|i| stream_position(first + i, 0).as_bytes().to_vec())
         .collect();
     let positions = BinaryArray::from_iter_values(positions.iter());
     let mut columns: Vec<(&str, ArrayRef)> = vec![

@@ -5,6 +5,7 @@
 use super::harness::{Harness, Step, Stop, answered, change, delete, inserts};
 use weir_runtime::capability::blob_faults::FaultKind;
 use weir_runtime::{CallError, SinkError};
+use weir_source::commit_order::StreamPosition;
 
 /// A scenario: its id, what it checks, and how.
 pub struct Scenario {

@@ -10,6 +10,14 @@ use super::*;
 
 const TABLES: [&str; 2] = ["a", "b"];
 
+/// The `ordinal`th change of transaction `tx`, in the layout the generator
+/// uses (the core only compares the bytes).
+fn tx_pos(tx: u64, ordinal: u32) -> Position {
+    let mut order = tx.to_be_bytes().to_vec();
+    order.extend_from_slice(&ordinal.to_be_bytes());
+    Position::streaming(&order)
+}
+
 #[derive(Clone, Debug, PartialEq)]
 struct Change {
     table: &'static str,
@@ -35,7 +43,7 @@ fn source() -> Vec<Vec<Change>> {
                 table,
                 key,
                 value,
-                pos: Position::stream(tx, ordinal),
+                pos: tx_pos(tx, ordinal),
             });
         }
         txs.push(changes);
@@ -460,8 +468,8 @@ fn claim(position: &Position) -> Option<SinkClaim> {
 #[test]
 fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
     let mut core = Core::new("p", 2, CommitPolicy::Required, vec!["a".into()], specs());
-    let sink_says = Position::stream(9, 0);
-    let store_says = Position::stream(4, 0);
+    let sink_says = tx_pos(9, 0);
+    let store_says = tx_pos(4, 0);
     let repairs = core
         .recover(POSITIONED, "a", claim(&sink_says), Some(store_says.clone()))
         .unwrap();
@@ -503,17 +511,16 @@ fn the_sink_wins_over_the_store_and_the_store_is_repaired() {
 #[test]
 fn replayed_batches_are_dropped_for_sinks_that_have_them() {
     let mut core = Core::new("p", 3, CommitPolicy::Required, vec!["a".into()], specs());
-    core.recover(POSITIONED, "a", claim(&Position::stream(5, 0)), None)
+    core.recover(POSITIONED, "a", claim(&tx_pos(5, 0)), None)
         .unwrap();
-    core.recover(PLAIN, "a", None, Some(Position::stream(2, 0)))
-        .unwrap();
-    let actions = core.offer("a", Position::stream(3, 0), Position::stream(4, 0));
+    core.recover(PLAIN, "a", None, Some(tx_pos(2, 0))).unwrap();
+    let actions = core.offer("a", tx_pos(3, 0), tx_pos(4, 0));
     assert_eq!(
         actions,
         vec![Action::Call(SinkCall::Stage {
             sink: PLAIN,
             table: "a".into(),
-            after: Some(Position::stream(2, 0)),
+            after: Some(tx_pos(2, 0)),
         })]
     );
 }
@@ -526,7 +533,7 @@ fn a_run_takes_an_epoch_above_any_a_sink_has_seen() {
     };
     world
         .positioned
-        .insert("a", (Vec::new(), Some((Position::stream(1, 0), 9))));
+        .insert("a", (Vec::new(), Some((tx_pos(1, 0), 9))));
     let mut core = new_core(world.epoch, CommitPolicy::Required, specs());
     let mut sim = Sim::new(&mut world, None);
     let tables: Vec<String> = TABLES.iter().map(|t| t.to_string()).collect();
@@ -538,17 +545,20 @@ fn a_run_takes_an_epoch_above_any_a_sink_has_seen() {
 #[test]
 fn a_position_claim_beyond_the_source_head_is_refused_naming_the_sink() {
     let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], specs());
-    core.set_source_head(Some(Position::stream(10, 3)));
-    let honest = claim(&Position::stream(10, 3));
+    core.set_source_head(Some(tx_pos(10, 3)));
+    let honest = claim(&tx_pos(10, 3));
     assert!(core.recover(POSITIONED, "a", honest, None).is_ok());
-    let lie = claim(&Position::stream(11, 0));
+    let lie = claim(&tx_pos(11, 0));
     let refused = core.recover(POSITIONED, "a", lie, None).unwrap_err();
     assert_eq!(refused.sink, "exact");
     let text = refused.to_string();
-    assert!(text.contains("11/0") && text.contains("10/3"), "{text}");
+    assert!(
+        text.contains(&tx_pos(11, 0).to_string()) && text.contains(&tx_pos(10, 3).to_string()),
+        "{text}"
+    );
     assert_eq!(
         core.committed(POSITIONED, "a").map(|(p, _)| p.clone()),
-        Some(Position::stream(10, 3)),
+        Some(tx_pos(10, 3)),
         "the lie moved nothing"
     );
 }
@@ -559,10 +569,10 @@ fn an_optional_sink_with_an_impossible_claim_is_disabled_and_the_run_goes_on() {
     sinks[POSITIONED].required = false;
     let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], sinks);
     let lie = SinkClaim {
-        position: Position::stream(1, 0),
+        position: tx_pos(1, 0),
         epoch: u64::MAX - 1,
     };
-    let store_says = Position::stream(1, 0);
+    let store_says = tx_pos(1, 0);
     let actions = core
         .recover(POSITIONED, "a", Some(lie), Some(store_says.clone()))
         .unwrap();
@@ -583,7 +593,7 @@ fn an_impossible_epoch_claim_is_refused_naming_the_sink() {
     for lie in [u64::MAX, u64::MAX - 1, MAX_EPOCH] {
         let mut core = Core::new("p", 4, CommitPolicy::Required, vec!["a".into()], specs());
         let claim = SinkClaim {
-            position: Position::stream(1, 0),
+            position: tx_pos(1, 0),
             epoch: lie,
         };
         let refused = core
@@ -599,7 +609,7 @@ fn an_impossible_epoch_claim_is_refused_naming_the_sink() {
     // The largest honest claim still leaves room to fence it.
     let mut core = Core::new("p", 4, CommitPolicy::Required, vec!["a".into()], specs());
     let claim = SinkClaim {
-        position: Position::stream(1, 0),
+        position: tx_pos(1, 0),
         epoch: MAX_EPOCH - 1,
     };
     core.recover(POSITIONED, "a", Some(claim), None).unwrap();
@@ -633,8 +643,8 @@ fn a_failing_required_sink_stops_without_a_checkpoint() {
         kind: FailureKind::Poison,
         message: "bad decimal".into(),
     };
-    let low = Position::stream(1, 0);
-    let high = Position::stream(1, 2);
+    let low = tx_pos(1, 0);
+    let high = tx_pos(1, 2);
     let (result, _, _) = drive(&mut core, low, high, Some((PLAIN, failure)));
     let Err(ExecError::Stopped(stop)) = result else {
         panic!("the pipeline must stop: {result:?}");
@@ -643,7 +653,9 @@ fn a_failing_required_sink_stops_without_a_checkpoint() {
     assert_eq!(stop.table, "a");
     let text = stop.to_string();
     assert!(
-        text.contains("1/0") && text.contains("1/2") && text.contains("bad decimal"),
+        text.contains(&tx_pos(1, 0).to_string())
+            && text.contains(&tx_pos(1, 2).to_string())
+            && text.contains("bad decimal"),
         "{text}"
     );
     assert_eq!(core.checkpoint(), None);
@@ -658,15 +670,15 @@ fn a_failing_optional_sink_is_disabled_and_the_others_go_on() {
         kind: FailureKind::Broken,
         message: "trap".into(),
     };
-    let at = Position::stream(1, 0);
+    let at = tx_pos(1, 0);
     let (result, _, disabled) = drive(&mut core, at.clone(), at, Some((PLAIN, failure)));
     result.unwrap();
     assert_eq!(disabled, vec![PLAIN]);
-    assert_eq!(core.checkpoint(), Some(&Position::stream(1, 0)));
+    assert_eq!(core.checkpoint(), Some(&tx_pos(1, 0)));
     assert!(core.is_disabled(PLAIN).unwrap().contains("trap"));
     // The disabled sink keeps its (absent) position, so the next run replays for it.
     assert_eq!(core.resume(), Resume::FromStart);
-    let offered = core.offer("a", Position::stream(2, 0), Position::stream(2, 0));
+    let offered = core.offer("a", tx_pos(2, 0), tx_pos(2, 0));
     assert!(
         offered
             .iter()
@@ -683,7 +695,7 @@ fn a_fenced_optional_sink_still_stops_the_pipeline() {
         kind: FailureKind::Fenced,
         message: "epoch 7 committed".into(),
     };
-    let at = Position::stream(1, 0);
+    let at = tx_pos(1, 0);
     let (result, _, _) = drive(&mut core, at.clone(), at, Some((POSITIONED, failure)));
     assert!(matches!(result, Err(ExecError::Stopped(_))));
 }
@@ -709,8 +721,8 @@ fn policies_decide_when_the_checkpoint_moves() {
             },
         ]
     };
-    let lagging = Position::stream(1, 0);
-    let ahead = Position::stream(5, 0);
+    let lagging = tx_pos(1, 0);
+    let ahead = tx_pos(5, 0);
     let checkpoint_for = |policy| {
         let mut core = Core::new("p", 1, policy, vec!["a".into()], three());
         core.recover(0, "a", claim(&lagging), None).unwrap();
@@ -739,7 +751,7 @@ fn commits_carry_the_runs_epoch() {
         vec!["a".into()],
         specs(),
     );
-    let at = Position::stream(1, 0);
+    let at = tx_pos(1, 0);
     let (result, commits, _) = drive(&mut core, at.clone(), at, None);
     result.unwrap();
     assert_eq!(commits.len(), 2);
@@ -763,11 +775,11 @@ fn core_with_optional_plain(exact_at: Position, plain_at: Position) -> Core {
 
 #[test]
 fn an_optional_sink_behind_what_the_source_holds_is_left_behind() {
-    let mut core = core_with_optional_plain(Position::stream(9, 0), Position::stream(2, 0));
+    let mut core = core_with_optional_plain(tx_pos(9, 0), tx_pos(2, 0));
     let resume = core.resume();
-    assert_eq!(resume, Resume::After(Position::stream(2, 0)));
-    let (resume, actions) = core.leave_behind(resume, &Position::stream(5, 0));
-    assert_eq!(resume, Resume::After(Position::stream(9, 0)));
+    assert_eq!(resume, Resume::After(tx_pos(2, 0)));
+    let (resume, actions) = core.leave_behind(resume, &tx_pos(5, 0));
+    assert_eq!(resume, Resume::After(tx_pos(9, 0)));
     assert!(
         matches!(&actions[..], [Action::Disable { sink: PLAIN, reason }] if reason.contains("cannot catch up")),
         "{actions:?}"
@@ -780,35 +792,34 @@ fn an_optional_sink_behind_what_the_source_holds_is_left_behind() {
 fn required_sinks_and_sinks_in_their_backfill_are_not_left_behind() {
     // The plain sink is required here: it stays, and the source refuses.
     let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], specs());
-    core.recover(POSITIONED, "a", claim(&Position::stream(9, 0)), None)
+    core.recover(POSITIONED, "a", claim(&tx_pos(9, 0)), None)
         .unwrap();
-    core.recover(PLAIN, "a", None, Some(Position::stream(2, 0)))
-        .unwrap();
-    let (resume, actions) = core.leave_behind(core.resume(), &Position::stream(5, 0));
-    assert_eq!(resume, Resume::After(Position::stream(2, 0)));
+    core.recover(PLAIN, "a", None, Some(tx_pos(2, 0))).unwrap();
+    let (resume, actions) = core.leave_behind(core.resume(), &tx_pos(5, 0));
+    assert_eq!(resume, Resume::After(tx_pos(2, 0)));
     assert!(actions.is_empty());
     // An optional sink mid-backfill resumes its backfill.
     let backfill = Position::snapshot("a", b"k");
-    let mut core = core_with_optional_plain(Position::stream(9, 0), backfill.clone());
-    let (resume, actions) = core.leave_behind(core.resume(), &Position::stream(5, 0));
+    let mut core = core_with_optional_plain(tx_pos(9, 0), backfill.clone());
+    let (resume, actions) = core.leave_behind(core.resume(), &tx_pos(5, 0));
     assert_eq!(resume, Resume::After(backfill));
     assert!(actions.is_empty());
 }
 
 #[test]
 fn a_swap_keeps_the_positions_export_and_the_positions() {
-    let core = core_with_optional_plain(Position::stream(9, 0), Position::stream(2, 0));
+    let core = core_with_optional_plain(tx_pos(9, 0), tx_pos(2, 0));
     assert!(core.admit_swap(POSITIONED, true).is_ok());
     let refused = core.admit_swap(POSITIONED, false).unwrap_err();
     assert!(refused.contains("a swap must keep it"), "{refused}");
     let refused = core.admit_swap(PLAIN, true).unwrap_err();
     assert!(refused.contains("does not export `positions`"), "{refused}");
     assert!(
-        core.check_swap_claim(POSITIONED, "a", Some(&Position::stream(9, 0)))
+        core.check_swap_claim(POSITIONED, "a", Some(&tx_pos(9, 0)))
             .is_ok()
     );
     let refused = core
-        .check_swap_claim(POSITIONED, "a", Some(&Position::stream(3, 0)))
+        .check_swap_claim(POSITIONED, "a", Some(&tx_pos(3, 0)))
         .unwrap_err();
     assert!(
         refused.contains("does not read what the running version wrote"),
@@ -820,7 +831,7 @@ fn a_swap_keeps_the_positions_export_and_the_positions() {
 
 #[test]
 fn a_disabled_sink_takes_no_swap() {
-    let mut core = core_with_optional_plain(Position::stream(9, 0), Position::stream(2, 0));
+    let mut core = core_with_optional_plain(tx_pos(9, 0), tx_pos(2, 0));
     core.disable(PLAIN, "could not load".into());
     let refused = core.admit_swap(PLAIN, false).unwrap_err();
     assert!(refused.contains("out of this run"), "{refused}");

@@ -179,6 +179,7 @@ fn key(pipeline: &str, sink: &str, table: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_source::commit_order::stream_position;
 
     #[test]
     fn positions_survive_reopening_and_epochs_grow() {
@@ -196,12 +197,12 @@ mod tests {
                         Entry {
                             sink: "lake".into(),
                             table: "shop.orders".into(),
-                            position: Some(Position::stream(7, 1)),
+                            position: Some(stream_position(7, 1)),
                         },
                         Entry {
                             sink: "lake".into(),
                             table: "shop.items".into(),
-                            position: Some(Position::stream(3, 0)),
+                            position: Some(stream_position(3, 0)),
                         },
                     ],
                 )
@@ -214,7 +215,7 @@ mod tests {
         assert_eq!(store.next_epoch("p").unwrap(), 10);
         assert_eq!(
             store.get("p", "lake", "shop.orders").unwrap(),
-            Some(Position::stream(7, 1))
+            Some(stream_position(7, 1))
         );
         assert_eq!(store.get("q", "lake", "shop.orders").unwrap(), None);
         assert_eq!(store.list("p").unwrap().len(), 2);

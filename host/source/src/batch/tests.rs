@@ -1,3 +1,4 @@
+use crate::commit_order::stream_position;
 use arrow_array::cast::AsArray;
 
 use super::*;
@@ -43,7 +44,7 @@ fn change(
     Change {
         table: table.clone(),
         op,
-        pos: Position::stream(commit, ordinal),
+        pos: stream_position(commit, ordinal),
         commit_ts_micros: 1_000_000 * commit as i64,
         snapshot: op == Op::Read,
         values,
@@ -72,7 +73,7 @@ fn tx(changes: Vec<Change>) -> Transaction {
 }
 
 fn heartbeat(at: (u64, u32)) -> Transaction {
-    Transaction::of_changes(vec![], Position::stream(at.0, at.1))
+    Transaction::of_changes(vec![], stream_position(at.0, at.1))
 }
 
 fn limits(max_rows: usize, max_bytes: usize) -> BatchLimits {
@@ -88,7 +89,7 @@ fn batcher(tables: Vec<Arc<TableSchema>>, max_rows: usize) -> Batcher {
 }
 
 fn pos(at: (u64, u32)) -> Position {
-    Position::stream(at.0, at.1)
+    stream_position(at.0, at.1)
 }
 
 fn positions(batch: &TableBatch) -> Vec<Position> {

@@ -23,6 +23,7 @@ mod schema;
 mod simulator;
 mod values;
 
+use crate::commit_order::{StreamPosition, stream_position};
 use std::cell::OnceCell;
 use std::sync::Arc;
 
@@ -106,11 +107,11 @@ impl Source for Generator {
             }
             let tx = self.sim.step();
             let count = self.sim.plan.len() as u32;
-            let end = Position::stream(tx, count - 1);
+            let end = stream_position(tx, count - 1);
             let first = match &self.after {
                 Some(after) if end <= *after => continue,
                 Some(after) => (0..count)
-                    .find(|&ordinal| Position::stream(tx, ordinal) > *after)
+                    .find(|&ordinal| stream_position(tx, ordinal) > *after)
                     .unwrap_or(0),
                 None => 0,
             };
@@ -126,7 +127,7 @@ impl Source for Generator {
         }
     }
 
-    /// Its positions are numbered transactions (`Position::stream`).
+    /// Its positions are numbered transactions (`commit_order::stream_position`).
     fn transactions_after(&self, position: Option<&Position>) -> Option<u64> {
         let (head, _) = self.head()?.as_stream()?;
         match position {
@@ -143,7 +144,7 @@ impl Source for Generator {
             .get_or_init(|| {
                 let mut sim = Simulator::new(self.config.seed);
                 sim.run_to(max);
-                (sim.tx > 0).then(|| Position::stream(sim.tx, sim.plan.len() as u32 - 1))
+                (sim.tx > 0).then(|| stream_position(sim.tx, sim.plan.len() as u32 - 1))
             })
             .clone()
     }

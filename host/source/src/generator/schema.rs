@@ -1,5 +1,6 @@
 //! The shop's three tables, and how a planned write becomes a [`Change`] of one.
 
+use crate::commit_order::stream_position;
 use std::sync::Arc;
 
 use arrow_schema::{DataType, TimeUnit};
@@ -7,7 +8,6 @@ use arrow_schema::{DataType, TimeUnit};
 use super::simulator::{Planned, Table, Write};
 use super::values::{commit_ts, row};
 use crate::change::{Change, Column, TableSchema};
-use weir_core::position::Position;
 
 /// The generator's customers table (key `id`).
 pub const CUSTOMERS: &str = "shop.customers";
@@ -108,7 +108,7 @@ impl ShopTables {
         Change {
             table: self.of(planned.table).clone(),
             op: planned.op,
-            pos: Position::stream(tx, ordinal),
+            pos: stream_position(tx, ordinal),
             commit_ts_micros: commit_ts(tx),
             snapshot: false,
             values: row(seed, planned, Write { tx, ordinal }),

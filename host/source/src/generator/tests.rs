@@ -1,3 +1,4 @@
+use crate::commit_order::{StreamPosition, stream_position};
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
@@ -38,7 +39,7 @@ fn stream_shape() {
         assert!((1..=MAX_TX_CHANGES).contains(&tx.changes.len()));
         assert_eq!(tx.end, tx.changes.last().unwrap().pos);
         for (ordinal, change) in tx.changes.iter().enumerate() {
-            assert_eq!(change.pos, Position::stream(n as u64 + 1, ordinal as u32));
+            assert_eq!(change.pos, stream_position(n as u64 + 1, ordinal as u32));
             assert!(change.pos > previous);
             previous = change.pos.clone();
             assert_eq!(

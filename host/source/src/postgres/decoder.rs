@@ -11,6 +11,7 @@
 //! memory does not grow with it: Begin carries the commit LSN, so every
 //! change's position (commit LSN, ordinal) is known as it arrives.
 
+use crate::commit_order::stream_position;
 use std::collections::HashMap;
 
 use super::Emitted;
@@ -20,7 +21,6 @@ use super::pgoutput::{self, Datum, Message, Relation, RelationColumn};
 use super::table::{Table, Tables, ddl_error, identity_error};
 use crate::SourceError;
 use crate::change::{Change, Op, Transaction, Value};
-use weir_core::position::Position;
 
 /// Microseconds from the Unix epoch to Postgres' epoch (2000-01-01).
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -713,7 +713,7 @@ impl Piece {
             if p.dropped || emitted.covers_stream(self.tx.commit_lsn, ordinal) {
                 continue;
             }
-            let pos = Position::stream(self.tx.commit_lsn, ordinal);
+            let pos = stream_position(self.tx.commit_lsn, ordinal);
             let table = &tables[p.table];
             let mut values = p.values;
             // Rows from before an ADD COLUMN lack the new trailing columns.
@@ -731,7 +731,7 @@ impl Piece {
             Some(c) => c.pos.clone(),
             None if self.last => {
                 // Nothing new for us in it: stand after it.
-                let pos = Position::stream(self.tx.commit_lsn, u32::MAX);
+                let pos = stream_position(self.tx.commit_lsn, u32::MAX);
                 if emitted.covers(&pos) {
                     return None;
                 }

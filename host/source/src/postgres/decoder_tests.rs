@@ -1,9 +1,11 @@
 //! The decoder on hand-built pgoutput messages: no server needed.
 
 use super::*;
+use crate::commit_order::stream_position;
 use crate::postgres::catalog::{PgColumn, PgTableInfo};
 use crate::postgres::decode::PgKind;
 use crate::postgres::table::{Table, added_column};
+use weir_core::position::Position;
 
 const DOCS_OID: u32 = 16_400;
 const NUMERIC_12_2: i32 = (12 << 16 | 2) + 4;
@@ -223,11 +225,11 @@ fn begin_insert_commit_gives_one_transaction_at_the_commit_lsn() {
     assert_eq!(tx.changes.len(), 2);
     let first = &tx.changes[0];
     assert_eq!(first.op, Op::Insert);
-    assert_eq!(first.pos, Position::stream(0x100, 0));
+    assert_eq!(first.pos, stream_position(0x100, 0));
     assert_eq!(first.values, vec![Value::Int64(1), text("a"), Value::Null]);
     assert_eq!(first.commit_ts_micros, 1_000_000 + PG_EPOCH_MICROS);
     assert!(!first.snapshot);
-    assert_eq!(tx.end, Position::stream(0x100, 1));
+    assert_eq!(tx.end, stream_position(0x100, 1));
     assert!(emitted.covers(&tx.end));
 }
 
@@ -323,7 +325,7 @@ fn an_update_that_changes_the_key_deletes_the_old_key_first() {
     );
     assert_eq!(tx.changes[1].op, Op::Update);
     assert_eq!(tx.changes[1].values[0], Value::Int64(2));
-    assert_eq!(tx.changes[1].pos, Position::stream(9, 1));
+    assert_eq!(tx.changes[1].pos, stream_position(9, 1));
 }
 
 #[test]
@@ -619,7 +621,7 @@ fn the_transaction_at_skip_transaction_at_is_left_out_whole_and_nothing_else() {
     };
     let row = |id: &str| insert(DOCS_OID, &[Some(id), None, None]);
     let before = run(&mut decoder, 0x100, &[relation_of(&tables[0]), row("1")]).unwrap();
-    assert_eq!(before.end, Position::stream(0x100, 0));
+    assert_eq!(before.end, stream_position(0x100, 0));
     // The skipped one: a relation description in it still holds after it.
     let skipped = run(
         &mut decoder,
@@ -633,10 +635,10 @@ fn the_transaction_at_skip_transaction_at_is_left_out_whole_and_nothing_else() {
     )
     .unwrap();
     assert!(skipped.changes.is_empty());
-    assert_eq!(skipped.end, Position::stream(0x200, u32::MAX));
+    assert_eq!(skipped.end, stream_position(0x200, u32::MAX));
     let after = run(&mut decoder, 0x300, &[row("4")]).unwrap();
     assert_eq!(after.changes.len(), 1);
-    assert_eq!(after.changes[0].pos, Position::stream(0x300, 0));
+    assert_eq!(after.changes[0].pos, stream_position(0x300, 0));
     assert_eq!(after.changes[0].values[0], Value::Int64(4));
     // Received again after a restart: nothing of it is handed on again.
     assert!(run(&mut decoder, 0x200, &[row("2")]).is_none());
@@ -735,14 +737,14 @@ fn sealing_skips_what_was_emitted_and_stands_after_an_empty_transaction() {
     };
     // Resuming inside the transaction: only the part after the position.
     let mut emitted = Emitted::default();
-    emitted.advance(Position::stream(20, 0));
+    emitted.advance(stream_position(20, 0));
     let tx = two_rows(&mut decoder).seal(&tables, &mut emitted).unwrap();
     assert_eq!(tx.changes.len(), 1);
-    assert_eq!(tx.changes[0].pos, Position::stream(20, 1));
+    assert_eq!(tx.changes[0].pos, stream_position(20, 1));
     // Received again whole: nothing new, so it stands after the transaction...
     let tx = two_rows(&mut decoder).seal(&tables, &mut emitted).unwrap();
     assert!(tx.changes.is_empty());
-    assert_eq!(tx.end, Position::stream(20, u32::MAX));
+    assert_eq!(tx.end, stream_position(20, u32::MAX));
     // ...and a third time it is skipped altogether.
     assert!(two_rows(&mut decoder).seal(&tables, &mut emitted).is_none());
     // A transaction without our changes stands after itself.
@@ -753,7 +755,7 @@ fn sealing_skips_what_was_emitted_and_stands_after_an_empty_transaction() {
         .seal(&tables, &mut emitted)
         .unwrap();
     assert!(tx.changes.is_empty());
-    assert_eq!(tx.end, Position::stream(30, u32::MAX));
+    assert_eq!(tx.end, stream_position(30, u32::MAX));
 }
 
 #[test]
@@ -921,11 +923,11 @@ fn a_transaction_past_the_piece_limit_is_handed_on_in_numbered_pieces() {
         .iter()
         .flat_map(|t| t.changes.iter().map(|c| c.pos.clone()))
         .collect();
-    let want: Vec<Position> = (0..10).map(|i| Position::stream(0x40, i)).collect();
+    let want: Vec<Position> = (0..10).map(|i| stream_position(0x40, i)).collect();
     assert_eq!(positions, want);
-    assert_eq!(txs[0].end, Position::stream(0x40, 3));
-    assert_eq!(txs[1].end, Position::stream(0x40, 7));
-    assert_eq!(txs[2].end, Position::stream(0x40, 9));
+    assert_eq!(txs[0].end, stream_position(0x40, 3));
+    assert_eq!(txs[1].end, stream_position(0x40, 7));
+    assert_eq!(txs[2].end, stream_position(0x40, 9));
     assert_eq!(txs[2].changes[1].values[0], Value::Int64(9));
 
     // The next transaction numbers from 0 again.
@@ -937,7 +939,7 @@ fn a_transaction_past_the_piece_limit_is_handed_on_in_numbered_pieces() {
         .unwrap()
         .seal(&tables, &mut emitted)
         .unwrap();
-    assert_eq!(tx.changes[0].pos, Position::stream(0x80, 0));
+    assert_eq!(tx.changes[0].pos, stream_position(0x80, 0));
     // Its commit right after a full piece leaves nothing but the end.
     let tx = decoder
         .commit()
@@ -945,7 +947,7 @@ fn a_transaction_past_the_piece_limit_is_handed_on_in_numbered_pieces() {
         .seal(&tables, &mut emitted)
         .unwrap();
     assert!(tx.changes.is_empty());
-    assert_eq!(tx.end, Position::stream(0x80, u32::MAX));
+    assert_eq!(tx.end, stream_position(0x80, u32::MAX));
 }
 
 #[test]
@@ -960,7 +962,7 @@ fn a_transaction_received_again_resumes_after_the_piece_that_was_emitted() {
     // Committed up to ordinal 4 before a restart: the replay skips the
     // first piece whole and the second up to 4.
     let mut emitted = Emitted::default();
-    emitted.advance(Position::stream(0x40, 4));
+    emitted.advance(stream_position(0x40, 4));
     decoder.begin(0x40, 0);
     let mut pieces = inserts_in_pieces(&mut decoder, &tables, 0..8);
     pieces.push(decoder.commit().unwrap());
@@ -977,7 +979,7 @@ fn a_transaction_received_again_resumes_after_the_piece_that_was_emitted() {
         .collect();
     assert_eq!(
         positions,
-        [5, 6, 7].map(|i| Position::stream(0x40, i)).to_vec()
+        [5, 6, 7].map(|i| stream_position(0x40, i)).to_vec()
     );
 }
 

@@ -24,6 +24,7 @@ mod stream;
 mod table;
 mod toast;
 
+use crate::commit_order::{StreamPosition, stream_position};
 use std::sync::Arc;
 
 pub use config::{PostgresConfig, PostgresSettings};
@@ -163,7 +164,7 @@ impl Source for PostgresSource {
     /// insert position, so no commit can sit past it.
     fn ceiling(&mut self) -> Result<Option<Position>, SourceError> {
         let lsn = setup::current_wal_lsn(&mut self.cx.session)?;
-        Ok(lsn.map(|lsn| Position::stream(lsn, u32::MAX)))
+        Ok(lsn.map(|lsn| stream_position(lsn, u32::MAX)))
     }
 
     fn acknowledge(&mut self, pos: &Position) -> Result<(), SourceError> {
@@ -181,7 +182,7 @@ impl Source for PostgresSource {
         let acked = setup::confirmed_flush(&mut self.cx)?;
         Ok(acked
             .filter(|&lsn| lsn > 0)
-            .map(|lsn| Position::stream(lsn - 1, u32::MAX)))
+            .map(|lsn| stream_position(lsn - 1, u32::MAX)))
     }
 }
 
@@ -202,12 +203,12 @@ mod tests {
         emitted.advance(Position::snapshot("public.t", b"k"));
         assert!(!emitted.covers_stream(0, 0));
         for last in [(10, 3), (10, u32::MAX), (11, 0)] {
-            emitted.advance(Position::stream(last.0, last.1));
+            emitted.advance(stream_position(last.0, last.1));
             for lsn in [9, 10, 11, 12] {
                 for ordinal in [0, 2, 3, 4, u32::MAX] {
                     assert_eq!(
                         emitted.covers_stream(lsn, ordinal),
-                        emitted.covers(&Position::stream(lsn, ordinal)),
+                        emitted.covers(&stream_position(lsn, ordinal)),
                         "{last:?} against ({lsn}, {ordinal})"
                     );
                 }

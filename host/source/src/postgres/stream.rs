@@ -9,6 +9,7 @@
 //! full because the pipeline is busy committing: the server never times
 //! the session out, and the reader never runs further ahead than the queue.
 
+use crate::commit_order::{StreamPosition, stream_position};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -551,7 +552,7 @@ impl Stream {
             return;
         }
         self.reached = self.reached.max(lsn);
-        let pos = Position::stream(lsn - 1, u32::MAX);
+        let pos = stream_position(lsn - 1, u32::MAX);
         if !emitted.covers(&pos) && self.heartbeat.as_ref().is_none_or(|h| pos > *h) {
             self.heartbeat = Some(pos);
         }
@@ -641,13 +642,13 @@ mod tests {
     fn heartbeats_stand_after_what_was_emitted_and_only_move_forward() {
         let mut stream = Stream::new("weir_cdc");
         let mut emitted = Emitted::default();
-        emitted.advance(Position::stream(100, 0));
+        emitted.advance(stream_position(100, 0));
         stream.at_heartbeat(50, &emitted);
         assert!(stream.heartbeat.is_none());
         stream.at_heartbeat(201, &emitted);
         stream.at_heartbeat(150, &emitted);
         let tx = stream.idle_tx(&mut emitted).unwrap();
-        assert_eq!(tx.end, Position::stream(200, u32::MAX));
+        assert_eq!(tx.end, stream_position(200, u32::MAX));
         assert!(tx.changes.is_empty());
         // Nothing newer: stand where we are.
         assert_eq!(stream.idle_tx(&mut emitted).unwrap().end, tx.end);
@@ -659,11 +660,11 @@ mod tests {
         let mut stream = Stream::new("weir_cdc");
         stream.acknowledge(&Position::snapshot("public.docs", b"k"));
         assert_eq!(stream.acked, 0);
-        stream.acknowledge(&Position::stream(10, 3));
+        stream.acknowledge(&stream_position(10, 3));
         assert_eq!(stream.acked, 10);
-        stream.acknowledge(&Position::stream(10, u32::MAX));
+        stream.acknowledge(&stream_position(10, u32::MAX));
         assert_eq!(stream.acked, 11);
-        stream.acknowledge(&Position::stream(5, 0));
+        stream.acknowledge(&stream_position(5, 0));
         assert_eq!(stream.acked, 11);
     }
 }

@@ -201,6 +201,7 @@ fn fill_from(
 mod tests {
     use super::*;
     use crate::change::Op;
+    use crate::commit_order::stream_position;
     use crate::postgres::Emitted;
     use crate::postgres::decode::PgKind;
     use crate::postgres::decoder::Pending;
@@ -296,9 +297,9 @@ mod tests {
         assert_eq!(
             kept,
             vec![
-                (Value::Int64(1), weir_core::position::Position::stream(1, 0)),
-                (Value::Int64(2), weir_core::position::Position::stream(1, 1)),
-                (Value::Int64(4), weir_core::position::Position::stream(1, 3)),
+                (Value::Int64(1), stream_position(1, 0)),
+                (Value::Int64(2), stream_position(1, 1)),
+                (Value::Int64(4), stream_position(1, 3)),
             ]
         );
     }

@@ -9,6 +9,7 @@ mod schema_file;
 mod slot;
 mod tables;
 
+use crate::commit_order::StreamPosition;
 use pgwire_replication::ReplicationClient;
 
 use super::Context;
@@ -202,6 +203,7 @@ fn check_not_behind_the_slot(p: &Position, acked: u64, slot: &str) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commit_order::stream_position;
 
     #[test]
     fn a_backfill_resumes_only_while_the_slot_stands_where_it_began() {
@@ -223,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_stream_position_behind_the_slot_is_an_error_naming_both_positions() {
-        let resume = Position::stream(0x1_0000_0100, 2);
+        let resume = stream_position(0x1_0000_0100, 2);
         let err = check_not_behind_the_slot(&resume, 0x1_0000_0200, "weir").unwrap_err();
         let said = err.to_string();
         assert!(
@@ -234,19 +236,19 @@ mod tests {
         );
         // At or after the slot: nothing is missing.
         assert!(
-            check_not_behind_the_slot(&Position::stream(0x1_0000_0200, 0), 0x1_0000_0200, "weir")
+            check_not_behind_the_slot(&stream_position(0x1_0000_0200, 0), 0x1_0000_0200, "weir")
                 .is_ok()
         );
         assert!(
             check_not_behind_the_slot(
-                &Position::stream(0x1_0000_01ff, u32::MAX),
+                &stream_position(0x1_0000_01ff, u32::MAX),
                 0x1_0000_0200,
                 "weir"
             )
             .is_ok()
         );
         assert!(
-            check_not_behind_the_slot(&Position::stream(0x1_0000_0300, 0), 0x1_0000_0200, "weir")
+            check_not_behind_the_slot(&stream_position(0x1_0000_0300, 0), 0x1_0000_0200, "weir")
                 .is_ok()
         );
     }
