@@ -11,8 +11,12 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use http::Method;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use url::Url;
+use weir_serve::api::{
+    ApiError, Applied, Deleted, PipelineList, PipelineStatus, Readiness, Steered, Swapped,
+};
 
 use super::render;
 
@@ -170,25 +174,27 @@ fn parse_sha256(text: &str) -> Result<String, String> {
 pub fn dispatch(args: CtlArgs) -> Result<ExitCode, String> {
     let client = AdminClient::new(&args.server.server, args.server.token)?;
     let as_json = args.json;
-    let print_reply = |reply: &Reply, readable: &dyn Fn(&Value)| match reply.json() {
-        Some(value) if as_json => render::server_json(&value),
-        Some(value) => readable(&value),
-        // Not JSON: whatever the server said is better shown than hidden.
-        None => render::server_text(&reply.body),
-    };
     match args.command {
         CtlCommand::List => {
             let reply = client.expect_success(client.get(&["v1", "pipelines"], true)?)?;
-            print_reply(&reply, &render::pipeline_list);
+            client.show::<PipelineList>(
+                &reply,
+                as_json,
+                "a list of pipelines",
+                render::pipeline_list,
+            );
         }
         CtlCommand::Apply { pipeline, file } => {
             let yaml = read_file(&file, "pipeline file")?;
             let url = client.pipeline_url(&pipeline, &[]);
             let reply = client.send(Method::PUT, url, Some("application/yaml"), true, yaml)?;
             let reply = client.expect_success(reply)?;
-            print_reply(&reply, &|value| {
-                render::pipeline_changed(&pipeline, "applied", value)
-            });
+            client.show(
+                &reply,
+                as_json,
+                "an applied pipeline",
+                |applied: &Applied| render::applied(&pipeline, applied),
+            );
         }
         CtlCommand::Status { pipeline } => {
             return remote_status(&client, &pipeline, as_json);
@@ -201,8 +207,8 @@ pub fn dispatch(args: CtlArgs) -> Result<ExitCode, String> {
             let url = client.pipeline_url(&pipeline, &[]);
             let reply =
                 client.expect_success(client.send(Method::DELETE, url, None, true, ())?)?;
-            print_reply(&reply, &|value| {
-                render::pipeline_changed(&pipeline, "deleted (its positions are kept)", value)
+            client.show(&reply, as_json, "a deleted pipeline", |_: &Deleted| {
+                render::pipeline_done(&pipeline, "deleted (its positions are kept)")
             });
         }
         CtlCommand::Replace {
@@ -219,15 +225,15 @@ pub fn dispatch(args: CtlArgs) -> Result<ExitCode, String> {
             }
             let reply = client.send(Method::PUT, url, Some("application/wasm"), true, wasm)?;
             let reply = client.expect_success(reply)?;
-            print_reply(&reply, &|value| {
-                render::swap(&pipeline, &sink, "replaced", value)
+            client.show(&reply, as_json, "a plugin swap", |swapped: &Swapped| {
+                render::swap(&pipeline, &sink, "replaced", swapped)
             });
         }
         CtlCommand::Rollback { pipeline, sink } => {
             let url = client.pipeline_url(&pipeline, &["sinks", &sink, "rollback"]);
             let reply = client.expect_success(client.send(Method::POST, url, None, true, ())?)?;
-            print_reply(&reply, &|value| {
-                render::swap(&pipeline, &sink, "rolled back", value)
+            client.show(&reply, as_json, "a plugin swap", |swapped: &Swapped| {
+                render::swap(&pipeline, &sink, "rolled back", swapped)
             });
         }
         CtlCommand::Ready => {
@@ -238,11 +244,7 @@ pub fn dispatch(args: CtlArgs) -> Result<ExitCode, String> {
                 503 => (false, reply),
                 _ => (true, client.expect_success(reply)?),
             };
-            match reply.json() {
-                Some(value) if as_json => render::server_json(&value),
-                Some(value) => render::readiness(&value),
-                None => render::server_text(&reply.body),
-            }
+            client.show::<Readiness>(&reply, as_json, "a readiness report", render::readiness);
             if !ready {
                 return Ok(ExitCode::from(1));
             }
@@ -264,11 +266,12 @@ pub fn remote_status(
 ) -> Result<ExitCode, String> {
     let url = client.pipeline_url(pipeline, &[]);
     let reply = client.expect_success(client.send(Method::GET, url, None, true, ())?)?;
-    match reply.json() {
-        Some(value) if as_json => render::server_json(&value),
-        Some(value) => render::server_status(&value),
-        None => render::server_text(&reply.body),
-    }
+    client.show::<PipelineStatus>(
+        &reply,
+        as_json,
+        "a pipeline's status",
+        render::server_status,
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -294,6 +297,14 @@ pub struct Reply {
 impl Reply {
     fn json(&self) -> Option<Value> {
         serde_json::from_str(&self.body).ok()
+    }
+
+    /// The body as it came: pretty when it is JSON.
+    fn print_as_sent(&self) {
+        match self.json() {
+            Some(value) => render::server_json(&value),
+            None => render::server_text(&self.body),
+        }
     }
 }
 
@@ -364,12 +375,48 @@ impl AdminClient {
     ) -> Result<(), String> {
         let url = self.pipeline_url(name, &[verb]);
         let reply = self.expect_success(self.send(Method::POST, url, None, true, ())?)?;
-        match reply.json() {
-            Some(value) if as_json => render::server_json(&value),
-            Some(value) => render::pipeline_changed(name, done, &value),
-            None => render::pipeline_changed(name, done, &Value::Null),
-        }
+        self.show(
+            &reply,
+            as_json,
+            "a steered pipeline",
+            |steered: &Steered| render::steered(name, done, steered),
+        );
         Ok(())
+    }
+
+    /// Prints a reply: with `--json` as the server sent it, else read as a
+    /// `T` (`expected` says what that is) and laid out by `readable`.
+    fn show<T: DeserializeOwned>(
+        &self,
+        reply: &Reply,
+        as_json: bool,
+        expected: &str,
+        readable: impl FnOnce(&T),
+    ) {
+        if as_json {
+            return reply.print_as_sent();
+        }
+        match self.read(reply, expected) {
+            Ok(typed) => readable(&typed),
+            // The server did what was asked; only its answer is strange (a
+            // server of another version, or not weir at that address).
+            // What it said is better shown than hidden.
+            Err(why) => {
+                eprintln!("weir: {why}; its reply as it came:");
+                reply.print_as_sent();
+            }
+        }
+    }
+
+    /// The reply read as a `T`, or one sentence naming the server and what
+    /// was expected of it.
+    fn read<T: DeserializeOwned>(&self, reply: &Reply, expected: &str) -> Result<T, String> {
+        serde_json::from_str(&reply.body).map_err(|e| {
+            format!(
+                "{}: the reply is not {expected} as this weir reads it ({e})",
+                self.server()
+            )
+        })
     }
 
     /// One exchange. `Err` only when no answer came.
@@ -418,12 +465,10 @@ impl AdminClient {
         if (200..300).contains(&reply.status) {
             return Ok(reply);
         }
-        let said = reply
-            .json()
-            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string));
+        let said = serde_json::from_str::<ApiError>(&reply.body);
         let mut message = match said {
-            Some(error) => error,
-            None => {
+            Ok(ApiError { error }) => error,
+            Err(_) => {
                 let body = reply.body.trim();
                 let reason = http::StatusCode::from_u16(reply.status)
                     .ok()
@@ -696,6 +741,31 @@ mod tests {
                 })
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_reply_of_another_shape_names_the_server_and_what_was_expected() {
+        let client = AdminClient::new("http://127.0.0.1:7070", None).unwrap();
+        let reply = |body: &str| Reply {
+            status: 200,
+            body: body.into(),
+        };
+        let error = client
+            .read::<PipelineStatus>(&reply(r#"{"live": "odd"}"#), "a pipeline's status")
+            .expect_err("not a status");
+        assert!(
+            error.starts_with("http://127.0.0.1:7070: the reply is not a pipeline's status"),
+            "{error}"
+        );
+        assert!(
+            client
+                .read::<Readiness>(&reply("<html>"), "a readiness report")
+                .is_err()
+        );
+        let status = client
+            .read::<PipelineStatus>(&reply(r#"{"state": "paused", "new": 1}"#), "a status")
+            .expect("a status");
+        assert_eq!(status.state, weir_serve::api::State::Paused);
     }
 
     #[test]

@@ -7,6 +7,9 @@ use serde_json::Value;
 use weir_pipeline::RunReport;
 use weir_pipeline::status::Status;
 use weir_runtime::PluginInfo;
+use weir_serve::api::{
+    Applied, LiveSink, PipelineList, PipelineStatus, PluginView, Readiness, State, Steered, Swapped,
+};
 
 fn json(value: &impl Serialize) {
     println!(
@@ -152,17 +155,18 @@ fn plugin_test_lines(report: &crate::conformance::Report) -> Vec<String> {
     lines
 }
 
-// What `weir serve` answers. Its replies are read as loose JSON, not typed:
-// while a pipeline starts any field may be missing or null, and a server of
-// another version may add or change some; show what is there, never fail.
-// Each reply is first laid out as lines, so the layout can be tested.
+// What `weir serve` answers, read into the admin API's own types
+// (`weir_serve::api`). While a pipeline starts much of its status is not
+// known yet, and a server of another version may leave fields out: show
+// what is there. Each reply is first laid out as lines, so the layout can
+// be tested.
 
 /// A reply printed as the server sent it, made pretty.
 pub fn server_json(value: &Value) {
     json(value);
 }
 
-/// A reply that is text (metrics, readiness, or an unexpected body).
+/// A reply that is text (metrics, or a body that is not what was expected).
 pub fn server_text(body: &str) {
     if body.ends_with('\n') {
         print!("{body}");
@@ -178,87 +182,65 @@ fn print_lines(lines: Vec<String>) {
 }
 
 /// `GET /v1/pipelines`: one line per pipeline.
-pub fn pipeline_list(reply: &Value) {
-    match pipeline_list_lines(reply) {
-        Some(lines) => print_lines(lines),
-        None => json(reply),
-    }
+pub fn pipeline_list(reply: &PipelineList) {
+    print_lines(pipeline_list_lines(reply));
 }
 
-/// A pipeline was applied, steered or deleted.
-pub fn pipeline_changed(name: &impl std::fmt::Display, done: &str, reply: &Value) {
-    println!("{}", pipeline_changed_line(&name.to_string(), done, reply));
+/// A pipeline was deleted, or anything else whose reply says no more.
+pub fn pipeline_done(name: &impl std::fmt::Display, done: &str) {
+    println!("{}", done_line(&name.to_string(), done));
+}
+
+/// A pipeline file was applied.
+pub fn applied(name: &impl std::fmt::Display, reply: &Applied) {
+    println!("{}", applied_line(&name.to_string(), reply));
+}
+
+/// A pipeline was paused, resumed, stopped or started.
+pub fn steered(name: &impl std::fmt::Display, done: &str, reply: &Steered) {
+    println!("{}", steered_line(&name.to_string(), done, reply));
 }
 
 /// A plugin replaced or rolled back.
-pub fn swap(name: &impl std::fmt::Display, sink: &str, done: &str, reply: &Value) {
+pub fn swap(name: &impl std::fmt::Display, sink: &str, done: &str, reply: &Swapped) {
     println!("{}", swap_line(&name.to_string(), sink, done, reply));
 }
 
 /// `GET /ready`: ready, or which pipelines do not run and which files were
 /// refused.
-pub fn readiness(reply: &Value) {
-    match readiness_lines(reply) {
-        Some(lines) => print_lines(lines),
-        None => json(reply),
-    }
+pub fn readiness(reply: &Readiness) {
+    print_lines(readiness_lines(reply));
 }
 
 /// `GET /v1/pipelines/{tenant}/{pipeline}`.
-pub fn server_status(reply: &Value) {
-    match server_status_lines(reply) {
-        Some(lines) => print_lines(lines),
-        None => json(reply),
-    }
+pub fn server_status(reply: &PipelineStatus) {
+    print_lines(server_status_lines(reply));
 }
 
-/// The field, unless it is missing or null.
-fn field<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
-    value.get(key).filter(|v| !v.is_null())
-}
-
-/// A scalar as a person reads it: strings without quotes.
-fn shown(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".to_string(),
-        other => other.to_string(),
-    }
-}
-
-fn text_field(value: &Value, key: &str) -> Option<String> {
-    field(value, key).map(shown)
+/// A name the reply left out shows as `?`, so the line still lines up.
+fn or_unknown(text: &str) -> &str {
+    if text.is_empty() { "?" } else { text }
 }
 
 /// A digest cut to what a person compares at a glance.
-fn short_digest(value: &Value, key: &str) -> Option<String> {
-    text_field(value, key).map(|d| d.chars().take(12).collect())
+fn abbreviated(digest: &str) -> String {
+    digest.chars().take(12).collect()
 }
 
-fn millis(value: &Value, key: &str) -> Option<String> {
-    match field(value, key)? {
-        Value::Number(n) => n.as_f64().map(|ms| format!("{ms:.1} ms")),
-        other => Some(shown(other)),
+fn pipeline_list_lines(reply: &PipelineList) -> Vec<String> {
+    if reply.pipelines.is_empty() {
+        return vec!["no pipelines (none exists, or none this token reaches)".into()];
     }
-}
-
-fn pipeline_list_lines(reply: &Value) -> Option<Vec<String>> {
-    let pipelines = field(reply, "pipelines")?.as_array()?;
-    if pipelines.is_empty() {
-        return Some(vec![
-            "no pipelines (none exists, or none this token reaches)".into(),
-        ]);
-    }
-    let rows: Vec<(String, String, String)> = pipelines
+    let rows: Vec<(String, &str, &str)> = reply
+        .pipelines
         .iter()
         .map(|p| {
-            let name = format!(
-                "{}/{}",
-                text_field(p, "tenant").unwrap_or_else(|| "?".into()),
-                text_field(p, "pipeline").unwrap_or_else(|| "?".into())
-            );
-            let state = text_field(p, "state").unwrap_or_else(|| "-".into());
-            (name, state, text_field(p, "reason").unwrap_or_default())
+            let name = format!("{}/{}", or_unknown(&p.tenant), or_unknown(&p.pipeline));
+            (
+                name,
+                p.state.as_str(),
+                p.reason.as_deref().unwrap_or_default(),
+            )
         })
         .collect();
     let name_width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(8);
@@ -272,241 +254,242 @@ fn pipeline_list_lines(reply: &Value) -> Option<Vec<String>> {
         // No trailing blanks on a line without a reason: they bother `diff`.
         lines.push(line.trim_end().to_string());
     }
-    Some(lines)
+    lines
 }
 
-/// Says what was done, and the pipeline's state if the reply carries one.
-fn pipeline_changed_line(name: &str, done: &str, reply: &Value) -> String {
-    let mut line = format!("{name}: {done}");
-    if field(reply, "changed").and_then(Value::as_bool) == Some(false) {
+fn done_line(name: &str, done: &str) -> String {
+    format!("{name}: {done}")
+}
+
+fn applied_line(name: &str, reply: &Applied) -> String {
+    let mut line = done_line(name, "applied");
+    if !reply.changed {
         line.push_str(" (the same definition: nothing changed)");
     }
-    if let Some(state) = text_field(reply, "state") {
-        line.push_str(&format!("; now {state}"));
+    line
+}
+
+/// Says what was done, and the pipeline's state if the reply names one.
+fn steered_line(name: &str, done: &str, reply: &Steered) -> String {
+    let mut line = done_line(name, done);
+    if reply.state != State::Unknown {
+        line.push_str(&format!("; now {}", reply.state.as_str()));
     }
-    if let Some(reason) = text_field(reply, "reason") {
+    if let Some(reason) = &reply.reason {
         line.push_str(&format!(" ({reason})"));
     }
     line
 }
 
-fn swap_line(name: &str, sink: &str, done: &str, reply: &Value) -> String {
-    let sink = text_field(reply, "sink").unwrap_or_else(|| sink.to_string());
+fn swap_line(name: &str, sink: &str, done: &str, reply: &Swapped) -> String {
+    let sink = match reply.sink.is_empty() {
+        true => sink,
+        false => &reply.sink,
+    };
     let mut line = format!("{name}: sink `{sink}` {done}");
-    if let Some(digest) = short_digest(reply, "sha256") {
-        line.push_str(&format!(", now plugin {digest}"));
+    if !reply.sha256.is_empty() {
+        line.push_str(&format!(", now plugin {}", abbreviated(&reply.sha256)));
     }
-    if let Some(previous) = short_digest(reply, "previous_sha256") {
-        line.push_str(&format!(" (was {previous})"));
+    if let Some(previous) = &reply.previous_sha256 {
+        line.push_str(&format!(" (was {})", abbreviated(previous)));
     }
-    if let Some(pause) = millis(reply, "pause_ms") {
-        line.push_str(&format!("; the pipeline paused {pause}"));
+    if let Some(pause) = reply.pause_ms {
+        line.push_str(&format!("; the pipeline paused {pause:.1} ms"));
     }
-    if let Some(at) = text_field(reply, "at") {
+    if let Some(at) = &reply.at {
         line.push_str(&format!(", the new version took over at {at}"));
     }
     line
 }
 
-fn readiness_lines(reply: &Value) -> Option<Vec<String>> {
-    let ready = field(reply, "ready")?.as_bool()?;
-    if ready {
-        return Some(vec!["ready: every pipeline that should run runs".into()]);
+fn readiness_lines(reply: &Readiness) -> Vec<String> {
+    if reply.ready {
+        return vec!["ready: every pipeline that should run runs".into()];
     }
     let mut lines = vec!["not ready:".to_string()];
-    let listed = |key| {
-        field(reply, key)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-    };
-    for pipeline in listed("not_running") {
+    for pipeline in &reply.not_running {
         let mut line = format!(
             "  {}: {}",
-            text_field(pipeline, "pipeline").unwrap_or_else(|| "?".into()),
-            text_field(pipeline, "state").unwrap_or_else(|| "?".into())
+            or_unknown(&pipeline.pipeline),
+            pipeline.state.as_str()
         );
-        if let Some(reason) = text_field(pipeline, "reason") {
+        if let Some(reason) = &pipeline.reason {
             line.push_str(&format!(" ({reason})"));
         }
         lines.push(line);
     }
-    for file in listed("rejected") {
+    for file in &reply.rejected {
         lines.push(format!(
             "  {} refused: {}",
-            text_field(file, "file").unwrap_or_else(|| "?".into()),
-            text_field(file, "error").unwrap_or_else(|| "?".into())
+            or_unknown(&file.file),
+            or_unknown(&file.error)
         ));
     }
-    Some(lines)
+    lines
 }
 
 /// How many swap events `weir ctl status` shows; `--json` has them all.
 const RECENT_SWAPS: usize = 5;
 
 /// State, then per sink its plugin and per table its position and where
-/// that came from, then the last swaps. `None` when the reply is not an
-/// object at all.
-fn server_status_lines(reply: &Value) -> Option<Vec<String>> {
-    reply.as_object()?;
+/// that came from, then the last swaps.
+fn server_status_lines(reply: &PipelineStatus) -> Vec<String> {
     let mut lines = Vec::new();
-    let name = format!(
-        "{}/{}",
-        text_field(reply, "tenant").unwrap_or_else(|| "?".into()),
-        text_field(reply, "pipeline").unwrap_or_else(|| "?".into())
+    let mut head = format!(
+        "pipeline {}/{}: {}",
+        or_unknown(&reply.tenant),
+        or_unknown(&reply.pipeline),
+        reply.state.as_str()
     );
-    let state = text_field(reply, "state").unwrap_or_else(|| "unknown".into());
-    let mut head = format!("pipeline {name}: {state}");
-    if let Some(reason) = text_field(reply, "reason") {
+    if let Some(reason) = &reply.reason {
         head.push_str(&format!(" ({reason})"));
     }
-    if let Some(failures) = field(reply, "failures").and_then(Value::as_u64)
-        && failures > 0
-    {
-        head.push_str(&format!(", {failures} failures in a row"));
+    if reply.failures > 0 {
+        head.push_str(&format!(", {} failures in a row", reply.failures));
     }
     lines.push(head);
-    if let Some(file) = text_field(reply, "file") {
-        lines.push(format!("  file {file}"));
+    if !reply.file.is_empty() {
+        lines.push(format!("  file {}", reply.file));
     }
 
-    let live = field(reply, "live").filter(|l| l.is_object());
-    match live {
+    match &reply.live {
         Some(live) => {
-            let count = |key| text_field(live, key).unwrap_or_else(|| "-".into());
             lines.push(format!(
                 "  epoch {}: {} changes in {} transactions, {} batches committed, checkpoint {}",
-                count("epoch"),
-                count("changes"),
-                count("transactions"),
-                count("batches_committed"),
-                text_field(live, "checkpoint").unwrap_or_else(|| "(none)".into())
+                live.epoch,
+                live.changes,
+                live.transactions,
+                live.batches_committed,
+                live.checkpoint.as_deref().unwrap_or("(none)")
             ));
-            let seconds = match field(live, "lag_seconds") {
-                Some(Value::Number(n)) => n.as_f64().map(|s| format!("{s:.1} s")),
-                other => other.map(shown),
-            };
-            let bytes = text_field(live, "lag_bytes").map(|b| format!(", {b} bytes of source log"));
-            if seconds.is_some() || bytes.is_some() {
-                lines.push(format!(
-                    "  lag {}{}",
-                    seconds.unwrap_or_else(|| "-".into()),
-                    bytes.unwrap_or_default()
-                ));
-            }
+            let bytes = live
+                .lag_bytes
+                .map(|b| format!(", {b} bytes of source log"))
+                .unwrap_or_default();
+            lines.push(format!("  lag {:.1} s{bytes}", live.lag_seconds));
         }
         None => lines.push("  not running: no live figures".into()),
     }
 
     // Every sink named by the plugins the server holds or by the live run.
-    let plugins = field(reply, "plugins").and_then(Value::as_object);
-    let live_sinks = live
-        .and_then(|l| field(l, "sinks"))
-        .and_then(Value::as_object);
-    let mut sinks: Vec<&String> = plugins.into_iter().flat_map(|p| p.keys()).collect();
+    let live_sinks = reply.live.as_ref().map(|l| &l.sinks);
+    let mut sinks: Vec<&String> = reply.plugins.keys().collect();
     sinks.extend(live_sinks.into_iter().flat_map(|s| s.keys()));
     sinks.sort();
     sinks.dedup();
-    let nothing = Value::Null;
     for sink in sinks {
-        let plugin = plugins.and_then(|p| p.get(sink.as_str()));
-        let running = live_sinks.and_then(|s| s.get(sink.as_str()));
-        sink_lines(
-            &mut lines,
-            sink,
-            plugin.unwrap_or(&nothing),
-            running.unwrap_or(&nothing),
-        );
+        let running = live_sinks.and_then(|s| s.get(sink));
+        sink_lines(&mut lines, sink, reply.plugins.get(sink), running);
     }
 
-    if let Some(swaps) = field(reply, "swaps").and_then(Value::as_array)
-        && !swaps.is_empty()
-    {
+    if !reply.swaps.is_empty() {
+        let swaps = &reply.swaps;
         let first_shown = swaps.len().saturating_sub(RECENT_SWAPS);
         lines.push(match first_shown {
             0 => format!("swaps ({}):", swaps.len()),
             _ => format!("swaps ({}, the last {RECENT_SWAPS}):", swaps.len()),
         });
         for event in &swaps[first_shown..] {
-            let outcome = text_field(event, "outcome").map(|o| o.replace('_', " "));
             let mut line = format!(
                 "  sink `{}` {}",
-                text_field(event, "sink").unwrap_or_else(|| "?".into()),
-                outcome.unwrap_or_else(|| "?".into())
+                or_unknown(&event.sink),
+                or_unknown(&event.outcome.replace('_', " "))
             );
-            if let Some(digest) = short_digest(event, "sha256") {
-                line.push_str(&format!(" plugin {digest}"));
+            if !event.sha256.is_empty() {
+                line.push_str(&format!(" plugin {}", abbreviated(&event.sha256)));
             }
-            if let Some(at) = text_field(event, "at") {
+            if let Some(at) = &event.at {
                 line.push_str(&format!(" at {at}"));
             }
-            if let Some(pause) = millis(event, "pause_ms") {
-                line.push_str(&format!(", paused {pause}"));
+            if let Some(pause) = event.pause_ms {
+                line.push_str(&format!(", paused {pause:.1} ms"));
             }
-            if let Some(reason) = text_field(event, "reason") {
+            if let Some(reason) = &event.reason {
                 line.push_str(&format!(": {reason}"));
             }
             lines.push(line);
         }
     }
-    Some(lines)
+    lines
 }
 
-fn sink_lines(lines: &mut Vec<String>, sink: &str, plugin: &Value, running: &Value) {
+fn sink_lines(
+    lines: &mut Vec<String>,
+    sink: &str,
+    plugin: Option<&PluginView>,
+    running: Option<&LiveSink>,
+) {
     let mut facts = Vec::new();
-    match field(running, "required").and_then(Value::as_bool) {
-        Some(true) => facts.push("required".to_string()),
-        Some(false) => facts.push("optional".to_string()),
-        None => {}
+    if let Some(running) = running {
+        facts.push(
+            if running.required {
+                "required"
+            } else {
+                "optional"
+            }
+            .to_string(),
+        );
+        facts.push(
+            if running.positioned {
+                "exactly-once"
+            } else {
+                "at-least-once"
+            }
+            .to_string(),
+        );
     }
-    match field(running, "positioned").and_then(Value::as_bool) {
-        Some(true) => facts.push("exactly-once".to_string()),
-        Some(false) => facts.push("at-least-once".to_string()),
-        None => {}
-    }
-    if let Some(digest) = short_digest(plugin, "sha256") {
-        facts.push(format!("plugin {digest}"));
-    }
-    if let Some(swaps) = text_field(plugin, "swaps") {
-        facts.push(format!("{swaps} swaps"));
-    }
-    if let Some(previous) = short_digest(plugin, "previous_sha256") {
-        facts.push(format!("previous {previous}"));
+    if let Some(plugin) = plugin {
+        if !plugin.sha256.is_empty() {
+            facts.push(format!("plugin {}", abbreviated(&plugin.sha256)));
+        }
+        facts.push(format!("{} swaps", plugin.swaps));
+        if let Some(previous) = &plugin.previous_sha256 {
+            facts.push(format!("previous {}", abbreviated(previous)));
+        }
     }
     let facts = match facts.is_empty() {
         true => String::new(),
         false => format!(" ({})", facts.join(", ")),
     };
-    let disabled = match field(running, "disabled") {
-        Some(Value::Bool(false)) | None => String::new(),
-        Some(Value::Bool(true)) => " DISABLED".to_string(),
-        Some(reason) => format!(" DISABLED: {}", shown(reason)),
+    let disabled = match running.and_then(|r| r.disabled.as_deref()) {
+        Some(reason) => format!(" DISABLED: {reason}"),
+        None => String::new(),
     };
     lines.push(format!("sink `{sink}`{facts}{disabled}"));
-    if let Some(path) = text_field(plugin, "path") {
-        lines.push(format!("  plugin file {path}"));
+    if let Some(plugin) = plugin
+        && !plugin.path.is_empty()
+    {
+        lines.push(format!("  plugin file {}", plugin.path));
     }
-    let Some(tables) = field(running, "tables").and_then(Value::as_object) else {
+    let Some(running) = running else {
         return;
     };
+    let tables = &running.tables;
     let width = tables.keys().map(String::len).max().unwrap_or(0).max(16);
     for (table, at) in tables {
         lines.push(format!(
             "  {table:<width$}  {:>16}  from {}",
-            text_field(at, "position").unwrap_or_else(|| "-".into()),
-            text_field(at, "from").unwrap_or_else(|| "-".into())
+            at.position.as_deref().unwrap_or("-"),
+            at.from.as_deref().unwrap_or("-")
         ));
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde::de::DeserializeOwned;
     use serde_json::json;
+    use weir_serve::api::Deleted;
 
     use super::*;
 
-    fn full_status() -> Value {
-        json!({
+    /// A fixture written as the server's JSON, read as `weir ctl` reads it.
+    fn read<T: DeserializeOwned>(reply: Value) -> T {
+        serde_json::from_value(reply.clone()).unwrap_or_else(|e| panic!("{reply}: {e}"))
+    }
+
+    fn full_status() -> PipelineStatus {
+        read(json!({
             "tenant": "acme", "pipeline": "orders", "state": "running", "reason": null,
             "failures": 0, "file": "pipelines/acme/orders.yaml",
             "plugins": {"lake": {"path": "pipelines/acme/lake.wasm",
@@ -524,12 +507,12 @@ mod tests {
                        "pause_ms": 12.34, "at": "0/16B3F28", "reason": null},
                       {"sink": "lake", "outcome": "refused", "sha256": "deadbeefdeadbeef00",
                        "pause_ms": null, "at": "0/16B4000", "reason": "does not export positions"}]
-        })
+        }))
     }
 
     #[test]
     fn a_full_status_shows_state_plugins_positions_lag_and_swaps() {
-        let lines = server_status_lines(&full_status()).expect("an object");
+        let lines = server_status_lines(&full_status());
         let text = lines.join("\n");
         assert_eq!(lines[0], "pipeline acme/orders: running");
         assert!(text.contains("  file pipelines/acme/orders.yaml"), "{text}");
@@ -581,16 +564,14 @@ mod tests {
             json!({}),
             json!({"tenant": "acme", "pipeline": "orders", "state": "starting", "live": null,
                    "plugins": null, "swaps": null}),
-            json!({"live": {"sinks": {"lake": null}}, "plugins": {"lake": 7}}),
-            json!({"live": "odd", "plugins": [1, 2], "swaps": {"not": "a list"}, "failures": "x"}),
-            json!({"live": {"sinks": {"lake": {"tables": {"t": 5}, "disabled": true}}}}),
+            json!({"live": {"sinks": {"lake": {}}}, "plugins": {"lake": {}}}),
+            json!({"live": {"sinks": {"lake": {"tables": {"t": {}}, "disabled": "gone"}}}}),
         ] {
-            let lines = server_status_lines(&reply).expect("an object");
+            let lines = server_status_lines(&read(reply.clone()));
             assert!(lines[0].starts_with("pipeline "), "{reply}: {lines:?}");
         }
-        let starting = server_status_lines(&json!({"tenant": "acme", "pipeline": "orders",
-                                                    "state": "starting"}))
-        .unwrap();
+        let starting = server_status_lines(&read(json!({"tenant": "acme", "pipeline": "orders",
+                                                        "state": "starting"})));
         assert_eq!(
             starting,
             [
@@ -598,17 +579,29 @@ mod tests {
                 "  not running: no live figures"
             ]
         );
-        assert!(
-            server_status_lines(&json!([1, 2])).is_none(),
-            "not an object"
-        );
+    }
+
+    #[test]
+    fn a_status_of_another_shape_is_not_read() {
+        // `weir ctl` says so and prints the body as it came.
+        for reply in [
+            json!([1, 2]),
+            json!({"live": "odd"}),
+            json!({"plugins": [1, 2]}),
+            json!({"swaps": {"not": "a list"}}),
+            json!({"failures": "x"}),
+            json!({"live": {"sinks": {"lake": {"tables": {"t": 5}}}}}),
+        ] {
+            let read = serde_json::from_value::<PipelineStatus>(reply.clone());
+            assert!(read.is_err(), "{reply}: {read:?}");
+        }
     }
 
     #[test]
     fn a_parked_pipeline_says_why_and_how_often_it_failed() {
         let reply = json!({"tenant": "acme", "pipeline": "orders", "state": "parked",
                            "reason": "sink `lake` failed to open", "failures": 5});
-        let lines = server_status_lines(&reply).unwrap();
+        let lines = server_status_lines(&read(reply));
         assert_eq!(
             lines[0],
             "pipeline acme/orders: parked (sink `lake` failed to open), 5 failures in a row"
@@ -620,7 +613,7 @@ mod tests {
         let swaps: Vec<Value> = (0..8)
             .map(|i| json!({"sink": "lake", "outcome": "rolled_back", "at": format!("at-{i}")}))
             .collect();
-        let lines = server_status_lines(&json!({ "swaps": swaps })).unwrap();
+        let lines = server_status_lines(&read(json!({ "swaps": swaps })));
         assert!(
             lines.contains(&format!("swaps (8, the last {RECENT_SWAPS}):")),
             "{lines:?}"
@@ -641,7 +634,7 @@ mod tests {
              "reason": "5 failures in a row"},
             {"state": "starting"}
         ]});
-        let lines = pipeline_list_lines(&reply).unwrap();
+        let lines = pipeline_list_lines(&read(reply));
         assert_eq!(
             lines,
             [
@@ -652,13 +645,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            pipeline_list_lines(&json!({"pipelines": []}))
-                .unwrap()
-                .len(),
+            pipeline_list_lines(&read(json!({"pipelines": []}))).len(),
             1,
             "says there are none"
         );
-        assert!(pipeline_list_lines(&json!({"other": 1})).is_none());
+        assert!(serde_json::from_value::<PipelineList>(json!({"other": 1})).is_err());
     }
 
     #[test]
@@ -666,12 +657,12 @@ mod tests {
         let reply = json!({"sink": "lake", "sha256": "aaaaaaaaaaaaaaaa", "previous_sha256": "bbbbbbbbbbbbbbbb",
                            "pause_ms": 3.0, "at": "0/10"});
         assert_eq!(
-            swap_line("acme/orders", "lake", "replaced", &reply),
+            swap_line("acme/orders", "lake", "replaced", &read(reply)),
             "acme/orders: sink `lake` replaced, now plugin aaaaaaaaaaaa (was bbbbbbbbbbbb); \
              the pipeline paused 3.0 ms, the new version took over at 0/10"
         );
         assert_eq!(
-            swap_line("acme/orders", "lake", "rolled back", &Value::Null),
+            swap_line("acme/orders", "lake", "rolled back", &read(json!({}))),
             "acme/orders: sink `lake` rolled back"
         );
     }
@@ -679,31 +670,33 @@ mod tests {
     #[test]
     fn readiness_names_what_does_not_run() {
         assert_eq!(
-            readiness_lines(&json!({"ready": true, "not_running": [], "rejected": []})).unwrap(),
+            readiness_lines(&read(
+                json!({"ready": true, "not_running": [], "rejected": []})
+            )),
             ["ready: every pipeline that should run runs"]
         );
         let reply = json!({"ready": false,
             "not_running": [{"pipeline": "acme/orders", "state": "parked", "reason": "open failed"}],
             "rejected": [{"file": "pipelines/acme/bad.yaml", "error": "unknown key `sinkz`"}]});
         assert_eq!(
-            readiness_lines(&reply).unwrap(),
+            readiness_lines(&read(reply)),
             [
                 "not ready:",
                 "  acme/orders: parked (open failed)",
                 "  pipelines/acme/bad.yaml refused: unknown key `sinkz`",
             ]
         );
-        assert!(readiness_lines(&json!("ok")).is_none());
+        assert!(serde_json::from_value::<Readiness>(json!("ok")).is_err());
     }
 
     #[test]
     fn applying_the_same_file_again_says_nothing_changed() {
         assert_eq!(
-            pipeline_changed_line("acme/orders", "applied", &json!({"changed": false})),
+            applied_line("acme/orders", &read(json!({"changed": false}))),
             "acme/orders: applied (the same definition: nothing changed)"
         );
         assert_eq!(
-            pipeline_changed_line("acme/orders", "applied", &json!({"changed": true})),
+            applied_line("acme/orders", &read(json!({"changed": true}))),
             "acme/orders: applied"
         );
     }
@@ -711,12 +704,14 @@ mod tests {
     #[test]
     fn a_steered_pipeline_says_its_new_state_when_told() {
         assert_eq!(
-            pipeline_changed_line("acme/orders", "paused", &json!({"state": "paused"})),
+            steered_line("acme/orders", "paused", &read(json!({"state": "paused"}))),
             "acme/orders: paused; now paused"
         );
         assert_eq!(
-            pipeline_changed_line("acme/orders", "deleted", &json!({})),
-            "acme/orders: deleted"
+            steered_line("acme/orders", "started", &read(json!({}))),
+            "acme/orders: started"
         );
+        let _: Deleted = read(json!({}));
+        assert_eq!(done_line("acme/orders", "deleted"), "acme/orders: deleted");
     }
 }

@@ -3,6 +3,7 @@
 //! run loop at a commit boundary; and what the run shows of itself (its
 //! live status) while it runs.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
@@ -51,8 +52,11 @@ pub struct SwapDone {
     pub at: Option<String>,
 }
 
-/// What a running pipeline shows of itself.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+/// What a running pipeline shows of itself. `weir serve` sends it and
+/// `weir ctl` reads it back; a field a server of another version leaves
+/// out reads as its default.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LiveStatus {
     pub epoch: u64,
     pub transactions: u64,
@@ -67,7 +71,8 @@ pub struct LiveStatus {
     pub sinks: BTreeMap<String, LiveSink>,
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LiveSink {
     pub required: bool,
     pub positioned: bool,
@@ -76,12 +81,14 @@ pub struct LiveSink {
     pub tables: BTreeMap<String, LiveTable>,
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LiveTable {
     pub position: Option<String>,
     /// "sink" (its `positions` said so), "store" (the host's store), or
-    /// "this-run" (committed since this run started).
-    pub from: Option<&'static str>,
+    /// "this-run" (committed since this run started). Borrowed as the run
+    /// fills it in on every commit; owned only when read back from JSON.
+    pub from: Option<Cow<'static, str>>,
 }
 
 impl Control {

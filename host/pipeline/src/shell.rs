@@ -2,6 +2,7 @@
 //! (one wave in parallel), positions to the position store, checkpoints
 //! back to the run loop, crash points to the failpoints.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -157,11 +158,11 @@ impl Shell {
                     let at = entry.tables.entry(table.clone()).or_default();
                     if let Some((position, origin)) = core.committed(sink, table) {
                         at.position = Some(describe(position));
-                        at.from = Some(match origin {
+                        at.from = Some(Cow::Borrowed(match origin {
                             Origin::Sink => "sink",
                             Origin::Store => "store",
                             Origin::ThisRun => "this-run",
-                        });
+                        }));
                     }
                 }
             }

@@ -11,8 +11,11 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
+use super::api::{
+    ApiError, Applied, Deleted, NotRunning, PipelineList, PipelineStatus, Readiness, RejectedFile,
+    Steered,
+};
 use super::policy::Refusal;
 use super::server::{Caller, Origin, Server};
 use super::supervisor::State as PipelineState;
@@ -64,7 +67,10 @@ impl IntoResponse for Failure {
 }
 
 fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    (status, axum::Json(json!({ "error": message.to_string() }))).into_response()
+    let body = ApiError {
+        error: message.to_string(),
+    };
+    (status, axum::Json(body)).into_response()
 }
 
 fn refusal(refusal: Refusal) -> Response {
@@ -133,19 +139,22 @@ async fn ready(State(server): State<Arc<Server>>) -> Response {
             PipelineState::Running | PipelineState::Paused | PipelineState::Finished
         );
         if !fine {
-            not_running.push(json!({
-                "pipeline": slot.id(),
-                "state": state,
-                "reason": reason,
-            }));
+            not_running.push(NotRunning {
+                pipeline: slot.id(),
+                state,
+                reason,
+            });
         }
     }
-    let rejected: Vec<Value> = server
+    let rejected: Vec<RejectedFile> = server
         .rejected
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
-        .map(|(file, why)| json!({ "file": file.display().to_string(), "error": why }))
+        .map(|(file, why)| RejectedFile {
+            file: file.display().to_string(),
+            error: why.clone(),
+        })
         .collect();
     let ready = not_running.is_empty() && rejected.is_empty();
     let status = if ready {
@@ -153,7 +162,11 @@ async fn ready(State(server): State<Arc<Server>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = json!({ "ready": ready, "not_running": not_running, "rejected": rejected });
+    let body = Readiness {
+        ready,
+        not_running,
+        rejected,
+    };
     (status, axum::Json(body)).into_response()
 }
 
@@ -170,7 +183,9 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
 
 async fn list(State(server): State<Arc<Server>>, headers: HeaderMap) -> Answer {
     let caller = caller(&server, &headers)?;
-    Ok(ok(json!({ "pipelines": server.list(&caller) })))
+    Ok(ok(PipelineList {
+        pipelines: server.list(&caller),
+    }))
 }
 
 async fn apply(
@@ -192,7 +207,7 @@ async fn apply(
     let changed = blocking(move || server.apply(&caller, &tenant, &pipeline, &text, Origin::Api))
         .await?
         .map_err(refusal)?;
-    Ok(ok(json!({ "changed": changed })))
+    Ok(ok(Applied { changed }))
 }
 
 async fn status(
@@ -203,31 +218,26 @@ async fn status(
     let caller = caller(&server, &headers)?;
     let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
     let (state, reason) = slot.state();
-    let plugins: serde_json::Map<String, Value> = slot
-        .plugins()
-        .into_iter()
-        .map(|(sink, v)| {
-            let value = json!({
-                "path": v.path.display().to_string(),
-                "sha256": v.sha256,
-                "previous_sha256": v.previous.map(|(_, sha)| sha),
-                "swaps": v.swaps,
-            });
-            (sink, value)
-        })
-        .collect();
-    Ok(ok(json!({
-        "tenant": slot.tenant.name,
-        "pipeline": slot.name,
-        "state": state,
-        "reason": reason,
-        "failures": slot.failures(),
-        "file": slot.tenant.pipelines_dir.join(format!("{}.yaml", slot.name)).display().to_string(),
-        "plugins": plugins,
-        "live": slot.live(),
-        "sink_errors": slot.sink_errors(),
-        "swaps": slot.swaps(),
-    })))
+    let file = slot
+        .tenant
+        .pipelines_dir
+        .join(format!("{}.yaml", slot.name));
+    Ok(ok(PipelineStatus {
+        tenant: slot.tenant.name.clone(),
+        pipeline: slot.name.clone(),
+        state,
+        reason,
+        failures: slot.failures(),
+        file: file.display().to_string(),
+        plugins: slot
+            .plugins()
+            .into_iter()
+            .map(|(sink, version)| (sink, version.into()))
+            .collect(),
+        live: slot.live(),
+        sink_errors: slot.sink_errors(),
+        swaps: slot.swaps(),
+    }))
 }
 
 async fn delete(
@@ -239,7 +249,7 @@ async fn delete(
     blocking(move || server.delete(&caller, &tenant, &pipeline, Origin::Api))
         .await?
         .map_err(refusal)?;
-    Ok(ok(json!({ "deleted": true })))
+    Ok(ok(Deleted { deleted: true }))
 }
 
 async fn steer(
@@ -275,7 +285,7 @@ async fn steer(
         )
     })?;
     let (state, reason) = slot.state();
-    Ok(ok(json!({ "state": state, "reason": reason })))
+    Ok(ok(Steered { state, reason }))
 }
 
 #[derive(Deserialize)]

@@ -2,6 +2,7 @@
 //! threads of its own, with an admin API ([`admin`]), a watched folder of
 //! pipeline files ([`watch`]), and plugins swapped at commit boundaries.
 //!
+//! [`api`] holds what the admin API sends, shared with `weir ctl`;
 //! [`host_file`] reads the host file, [`tenant`] holds each tenant's
 //! folders and bounds, [`policy`] decides what a tenant may run (every
 //! admission and count check), [`supervisor`] runs one pipeline
@@ -9,6 +10,7 @@
 //! watcher do to pipelines.
 
 pub mod admin;
+pub mod api;
 pub mod host_file;
 pub mod policy;
 pub mod server;

@@ -3,18 +3,19 @@
 //! The admin API and the folder watcher both come here; every operation
 //! is checked against the tenant it is done for.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::api::{PipelineSummary, Swapped};
 use super::host_file::HostConfig;
 use super::policy::Refusal;
-use super::supervisor::{Context, PluginVersion, Slot, State, SwapRecord};
+use super::supervisor::{Context, PluginVersion, Slot, SwapRecord};
 use super::tenant::{self, Tenant};
 use weir_metrics::Metrics;
 use weir_pipeline::SwapRequest;
@@ -57,27 +58,6 @@ pub struct Server {
     pub rejected: Mutex<BTreeMap<PathBuf, String>>,
     pub metrics: Arc<Metrics>,
     context: Context,
-}
-
-/// One line of `GET /v1/pipelines`.
-#[derive(Debug, Serialize)]
-pub struct Listed {
-    pub tenant: String,
-    pub pipeline: String,
-    pub state: State,
-    pub reason: Option<String>,
-}
-
-/// What a swap answers.
-#[derive(Debug, Serialize)]
-pub struct Swapped {
-    pub sink: String,
-    pub sha256: String,
-    pub previous_sha256: Option<String>,
-    /// How long the pipeline stopped taking changes; `None` when it was
-    /// not running (the version is taken at its next start).
-    pub pause_ms: Option<f64>,
-    pub at: Option<String>,
 }
 
 impl Server {
@@ -141,13 +121,13 @@ impl Server {
         self.pipelines().values().cloned().collect()
     }
 
-    pub fn list(&self, caller: &Caller) -> Vec<Listed> {
+    pub fn list(&self, caller: &Caller) -> Vec<PipelineSummary> {
         self.slots()
             .into_iter()
             .filter(|s| caller.reaches(&s.tenant.name))
             .map(|s| {
                 let (state, reason) = s.state();
-                Listed {
+                PipelineSummary {
                     tenant: s.tenant.name.clone(),
                     pipeline: s.name.clone(),
                     state,
@@ -532,7 +512,7 @@ fn record(
 ) -> SwapRecord {
     SwapRecord {
         sink: sink.to_string(),
-        outcome,
+        outcome: Cow::Borrowed(outcome),
         sha256: sha256.to_string(),
         pause_ms,
         at,

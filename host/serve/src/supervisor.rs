@@ -2,12 +2,13 @@
 //! sink runs, and the thread that runs it, restarts it with backoff when it
 //! fails, and parks it when it keeps failing.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::host_file::RestartConfig;
 use super::tenant::Tenant;
@@ -18,7 +19,7 @@ use weir_pipeline::{self, Control, RunError, RunHost, RunOptions};
 use weir_runtime::WasmEngine;
 
 /// Where a pipeline is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     Starting,
@@ -33,6 +34,12 @@ pub enum State {
     Stopped,
     /// Its source ended (a bounded generator).
     Finished,
+    /// Never a pipeline's own state: what `weir ctl` reads when a server
+    /// leaves the state out or names one this build does not know, so the
+    /// rest of its reply still shows.
+    #[default]
+    #[serde(other)]
+    Unknown,
 }
 
 impl State {
@@ -45,6 +52,7 @@ impl State {
             State::Parked => "parked",
             State::Stopped => "stopped",
             State::Finished => "finished",
+            State::Unknown => "unknown",
         }
     }
 }
@@ -59,7 +67,7 @@ enum Wanted {
 }
 
 /// The plugin a sink runs now, and the one before it (for rollback).
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PluginVersion {
     pub path: PathBuf,
     pub sha256: String,
@@ -73,10 +81,13 @@ pub struct PluginVersion {
 }
 
 /// One swap asked for, as the status shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SwapRecord {
     pub sink: String,
-    pub outcome: &'static str,
+    /// `swapped`, `rolled_back` or `refused`: borrowed on the server, owned
+    /// when a client reads it back (where a newer server may say more).
+    pub outcome: Cow<'static, str>,
     pub sha256: String,
     pub pause_ms: Option<f64>,
     pub at: Option<String>,
