@@ -52,9 +52,10 @@ pub struct SwapDone {
     pub at: Option<String>,
 }
 
-/// What a running pipeline shows of itself. `weir serve` sends it and
-/// `weir ctl` reads it back; a field a server of another version leaves
-/// out reads as its default.
+/// What a running pipeline shows of itself: its report so far and where
+/// each sink stands, filled in by `RunReport::publish`. `weir serve` sends
+/// it and `weir ctl` reads it back; a field a server of another version
+/// leaves out reads as its default.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct LiveStatus {

@@ -4,27 +4,31 @@
 //! only does I/O.
 //!
 //! [`setup`] builds what a run needs from the config, [`shell`] is the
-//! executor's effects, and [`run`] is the loop that feeds the batcher and
-//! acknowledges what the core checkpoints.
+//! executor's effects, [`run`] is the loop that feeds the batcher and
+//! acknowledges what the core checkpoints, and [`report`] makes the
+//! [`RunReport`] and the live status from the facts each of them owns.
 
 pub mod config;
 pub mod control;
 pub mod failpoint;
+mod report;
 pub mod setup;
 mod shell;
 pub mod status;
 pub mod store;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::PipelineConfig;
 use crate::store::{EmbeddedStore, PositionStore};
 pub use control::{Control, SwapDone, SwapRequest};
+use report::ReadCounts;
+pub use report::RunReport;
 use setup::SinkFactory;
 use shell::Shell;
 use weir_core::commit::{Action, ClaimRefused, Core, Resume, Stop};
+use weir_core::position::Position;
 use weir_runtime::{TenantShare, WasmEngine};
 use weir_source::Source;
 use weir_source::batch::{Batcher, Flush};
@@ -67,20 +71,6 @@ enum Boundary {
     Stop,
 }
 
-/// What a run did, for the command line to print.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct RunReport {
-    pub pipeline: String,
-    pub epoch: u64,
-    pub resumed_after: Option<String>,
-    pub transactions: u64,
-    pub changes: u64,
-    pub batches_committed: u64,
-    pub checkpoint: Option<String>,
-    /// Optional sinks that failed and were disabled, with the reason.
-    pub disabled: BTreeMap<String, String>,
-}
-
 /// What a run gets from whoever starts it: the I/O runtime that carries
 /// the blob stores' and the source's I/O, the engine (shared by every
 /// pipeline of a `weir serve`), the control it is steered by, and what its
@@ -104,6 +94,7 @@ pub fn run(
     let metrics = host.control.metrics.clone();
     let factory = SinkFactory::new(host.engine, host.io, metrics.clone(), host.tenant.clone())?;
     let sinks = setup::start_sinks(config, &factory)?;
+    let not_started = sinks.not_started();
     let mut source = setup::make_source(config, options, host.io)?;
     let tables = source.tables();
     let descriptions = setup::describe_tables(config, &tables)?;
@@ -115,32 +106,24 @@ pub fn run(
         table_names.clone(),
         sinks.specs.clone(),
     );
-    let mut report = RunReport {
-        pipeline: config.pipeline.clone(),
-        epoch,
-        ..Default::default()
-    };
-    report.disabled.extend(sinks.failed_to_start.clone());
     let mut shell = Shell::new(
         &config.pipeline,
         sinks,
         Box::new(store),
         descriptions,
-        report,
         metrics,
     );
     core.set_source_head(source.ceiling()?);
     tracing::info!(pipeline = %config.pipeline, epoch, "starting");
 
-    let resume = shell.recover(&mut core, &table_names)?;
+    let resume = shell.recover(&mut core, &table_names, &not_started)?;
     let resume = match source.first_available()? {
         Some(first) => {
             let (resume, left_out) = core.leave_behind(resume, &first);
             for action in left_out {
                 if let Action::Disable { sink, reason } = action {
-                    let name = core.sink_spec(sink).name.clone();
+                    let name = &core.sink_spec(sink).name;
                     tracing::error!(sink = %name, "optional sink left out: {reason}");
-                    shell.report.disabled.insert(name, reason);
                 }
             }
             resume
@@ -152,22 +135,26 @@ pub fn run(
         Resume::After(p) => Some(p),
     };
     source.resume_after(resumed_after.as_ref())?;
-    shell.report.epoch = core.epoch();
-    shell.report.resumed_after = resumed_after.as_ref().map(describe);
-    shell.publish(&core, &table_names, host.control, None, None);
+    RunReport::of(&core, ReadCounts::default(), resumed_after.as_ref()).publish(
+        &core,
+        &table_names,
+        host.control,
+        None,
+        None,
+    );
     host.control.mark_recovered();
 
     let mut batcher = setup::batcher(config, &tables, shell.descriptions());
     // Each commit runs on a thread of the scope while the loop reads and
     // batches what comes next (see `Run`).
-    std::thread::scope(|scope| {
+    let read = std::thread::scope(|scope| {
         let mut run = Run {
             scope,
             parts: Some((&mut core, &mut shell)),
             in_flight: None,
             read_since: None,
-            transactions: 0,
-            changes: 0,
+            read: ReadCounts::default(),
+            resumed_after: resumed_after.as_ref(),
             source: source.as_mut(),
             control: host.control,
             tables: &table_names,
@@ -175,14 +162,13 @@ pub fn run(
         let done = run.until_done(&mut batcher, config);
         // Whatever happened, the last commit ends before the run does.
         let settled = run.settle();
-        done.and(settled).map(|()| (run.transactions, run.changes))
-    })
-    .map(|(transactions, changes)| {
-        shell.report.transactions = transactions;
-        shell.report.changes = changes;
+        done.and(settled).map(|()| run.read)
     })?;
-    shell.report.checkpoint = core.checkpoint().map(describe);
-    Ok(shell.report)
+    let report = RunReport::of(&core, read, resumed_after.as_ref());
+    // Shown as the last live status too, so the two never disagree. The
+    // run ended at a commit boundary: everything read is committed.
+    report.publish(&core, &table_names, host.control, source.lag_bytes(), None);
+    Ok(report)
 }
 
 /// A commit running on a thread of its own, with the core and shell it
@@ -212,9 +198,10 @@ struct Run<'scope, 'a> {
     in_flight: Option<InFlight<'scope, 'a>>,
     /// When the oldest change read and not yet handed to a commit was read.
     read_since: Option<Instant>,
-    /// Counted as read, written into the report when the shell is back.
-    transactions: u64,
-    changes: u64,
+    /// What was read so far, for the run's report.
+    read: ReadCounts,
+    /// Where recovery resumed the source, for the run's report.
+    resumed_after: Option<&'a Position>,
     source: &'a mut dyn Source,
     control: &'a Arc<Control>,
     tables: &'a [String],
@@ -237,9 +224,7 @@ impl<'scope, 'a> Run<'scope, 'a> {
                 self.source.acknowledge(&position)?;
                 crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
             }
-            shell.report.transactions = self.transactions;
-            shell.report.changes = self.changes;
-            shell.publish(
+            RunReport::of(core, self.read, self.resumed_after).publish(
                 core,
                 self.tables,
                 self.control,
@@ -298,9 +283,9 @@ impl<'scope, 'a> Run<'scope, 'a> {
                     // An empty transaction is a source heartbeat, not a transaction.
                     let rows = tx.rows();
                     if rows > 0 && !tx.continued {
-                        self.transactions += 1;
+                        self.read.transactions += 1;
                     }
-                    self.changes += rows as u64;
+                    self.read.changes += rows as u64;
                     if rows > 0 {
                         self.read_since.get_or_insert_with(Instant::now);
                     }

@@ -9,7 +9,7 @@ use weir_contract::{MetadataColumn, Mode};
 
 use super::{RunError, RunOptions};
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
-use weir_core::commit::SinkSpec;
+use weir_core::commit::{SinkId, SinkSpec};
 use weir_metrics::PipelineMetrics;
 use weir_runtime::network::SinkNetwork;
 use weir_runtime::{
@@ -64,6 +64,23 @@ pub struct Sinks {
     pub specs: Vec<SinkSpec>,
     /// Optional sinks that could not even start, with the reason.
     pub failed_to_start: BTreeMap<String, String>,
+}
+
+impl Sinks {
+    /// The sinks that could not start, by index, with the reason: what
+    /// recovery needs to leave them out of the run.
+    pub fn not_started(&self) -> Vec<(SinkId, String)> {
+        self.workers
+            .iter()
+            .enumerate()
+            .filter(|(_, worker)| worker.is_none())
+            .map(|(sink, _)| {
+                let name = &self.specs[sink].name;
+                let reason = self.failed_to_start.get(name).cloned().unwrap_or_default();
+                (sink, reason)
+            })
+            .collect()
+    }
 }
 
 /// What starts sink workers: the engine, a linker made once, the I/O

@@ -2,20 +2,17 @@
 //! (one wave in parallel), positions to the position store, checkpoints
 //! back to the run loop, crash points to the failpoints.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use weir_core::commit::Origin;
 use weir_core::commit::{commit_batch, recover_all};
 use weir_core::{
     CrashPoint, Effects, ExecError, Failure, FailureKind, Record, SinkCall, SinkClaim, SinkId,
 };
 
-use super::control::Control;
+use super::RunError;
 use super::setup::Sinks;
-use super::{RunError, RunReport};
 use crate::failpoint;
 use crate::store::{Entry, PositionStore};
 use weir_core::commit::{Core, Resume};
@@ -23,7 +20,6 @@ use weir_core::position::Position;
 use weir_metrics::{PipelineMetrics, SinkMetrics};
 use weir_runtime::{BatchHeader, CallError, SinkError, SinkWorker, TableDescription};
 use weir_source::batch::{Flush, TableBatch};
-use weir_source::commit_order::describe;
 
 pub(super) struct Shell {
     pipeline: String,
@@ -39,7 +35,6 @@ pub(super) struct Shell {
     checkpoint: Option<Position>,
     /// True while recovering: store writes then are repairs, worth a warning.
     recovering: bool,
-    pub(super) report: RunReport,
     metrics: PipelineMetrics,
     sink_metrics: Vec<SinkMetrics>,
 }
@@ -50,7 +45,6 @@ impl Shell {
         sinks: Sinks,
         store: Box<dyn PositionStore>,
         descriptions: HashMap<String, Arc<TableDescription>>,
-        report: RunReport,
         metrics: PipelineMetrics,
     ) -> Self {
         Shell {
@@ -65,7 +59,6 @@ impl Shell {
             encoded: HashMap::new(),
             checkpoint: None,
             recovering: false,
-            report,
         }
     }
 
@@ -75,21 +68,16 @@ impl Shell {
 
     /// Asks every positioned sink and the store where each table stands,
     /// repairs the store where the sink disagrees, and says where to resume.
+    /// The sinks in `not_started` (setup's, with the reason) are out of the
+    /// run from here on, the core holding why.
     pub(super) fn recover(
         &mut self,
         core: &mut Core,
         tables: &[String],
+        not_started: &[(SinkId, String)],
     ) -> Result<Resume, RunError> {
-        let not_started: Vec<(SinkId, String)> = (0..self.sinks.len())
-            .filter(|&sink| self.sinks[sink].is_none())
-            .map(|sink| {
-                let name = &self.sink_names[sink];
-                let reason = self.report.disabled.get(name).cloned().unwrap_or_default();
-                (sink, reason)
-            })
-            .collect();
         self.recovering = true;
-        let resume = recover_all(core, tables, &not_started, self);
+        let resume = recover_all(core, tables, not_started, self);
         self.recovering = false;
         resume.map_err(run_error)
     }
@@ -115,58 +103,11 @@ impl Shell {
                 }
                 return Err(run_error(e));
             }
-            self.report.batches_committed += 1;
             self.metrics.rows_in(&table, rows);
             self.metrics
                 .commit_seconds(&table, started.elapsed().as_secs_f64());
         }
         Ok(())
-    }
-
-    /// Shows where the run stands: in its live status and its metrics.
-    /// `read_since`: when the oldest change of the commit just made was
-    /// read (how far the sinks lag the source, in time).
-    pub(super) fn publish(
-        &mut self,
-        core: &Core,
-        tables: &[String],
-        control: &Control,
-        lag_bytes: Option<u64>,
-        read_since: Option<Instant>,
-    ) {
-        let lag_seconds = read_since.map_or(0.0, |since| since.elapsed().as_secs_f64());
-        self.metrics.source_lag(lag_bytes, Some(lag_seconds));
-        let report = &self.report;
-        control.update_live(|live| {
-            live.epoch = core.epoch();
-            live.transactions = report.transactions;
-            live.changes = report.changes;
-            live.batches_committed = report.batches_committed;
-            live.checkpoint = core.checkpoint().map(describe);
-            live.lag_seconds = lag_seconds;
-            live.lag_bytes = lag_bytes;
-            for (sink, name) in self.sink_names.iter().enumerate() {
-                let spec = core.sink_spec(sink);
-                let entry = live.sinks.entry(name.clone()).or_default();
-                entry.required = spec.required;
-                entry.positioned = spec.positioned;
-                entry.disabled = core
-                    .is_disabled(sink)
-                    .map(str::to_string)
-                    .or_else(|| report.disabled.get(name).cloned());
-                for table in tables {
-                    let at = entry.tables.entry(table.clone()).or_default();
-                    if let Some((position, origin)) = core.committed(sink, table) {
-                        at.position = Some(describe(position));
-                        at.from = Some(Cow::Borrowed(match origin {
-                            Origin::Sink => "sink",
-                            Origin::Store => "store",
-                            Origin::ThisRun => "this-run",
-                        }));
-                    }
-                }
-            }
-        });
     }
 
     /// Puts `worker`, a started new version of `sink`'s plugin, in place of
@@ -333,9 +274,9 @@ impl Effects for Shell {
     }
 
     fn disable(&mut self, sink: SinkId, table: &str, reason: &str) -> Result<(), RunError> {
-        let name = self.sink_names[sink].clone();
+        // The core keeps the reason; the run's report reads it there.
+        let name = &self.sink_names[sink];
         tracing::error!(sink = %name, "optional sink disabled for this run: {reason}");
-        self.report.disabled.insert(name, reason.to_string());
         self.worker(sink).abort(table);
         Ok(())
     }

@@ -68,6 +68,8 @@ pub struct Core {
     sinks: Vec<SinkSlot>,
     in_flight: Option<InFlight>,
     checkpoint: Option<Position>,
+    /// Batches of this run every sink in it is done with.
+    batches_committed: u64,
     /// The newest epoch a positioned sink reported on start, and which.
     newest_claimed_epoch: Option<(u64, SinkId, String)>,
     /// The furthest position the source can have produced, when it knows.
@@ -97,9 +99,14 @@ impl Core {
                 .collect(),
             in_flight: None,
             checkpoint: None,
+            batches_committed: 0,
             newest_claimed_epoch: None,
             source_head: None,
         }
+    }
+
+    pub fn pipeline(&self) -> &str {
+        &self.pipeline
     }
 
     pub fn epoch(&self) -> u64 {
@@ -249,6 +256,16 @@ impl Core {
         self.sinks[sink].disabled.as_deref()
     }
 
+    /// Every sink out of this run, in sink order, by name with the reason:
+    /// whatever disabled it (it could not start, its claim was refused, it
+    /// was left behind, or it failed), the core holds why.
+    pub fn disabled_sinks(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.sinks.iter().filter_map(|slot| {
+            let reason = slot.disabled.as_deref()?;
+            Some((slot.spec.name.as_str(), reason))
+        })
+    }
+
     /// Keeps a sink out of this run from the start (it could not be loaded);
     /// its positions stay as recovered, so a later run replays for it.
     pub fn disable(&mut self, sink: SinkId, reason: String) {
@@ -352,6 +369,13 @@ impl Core {
 
     pub fn checkpoint(&self) -> Option<&Position> {
         self.checkpoint.as_ref()
+    }
+
+    /// The batches offered in this run that every sink in it is done with:
+    /// each committed it, already had it (a replay), or was disabled over
+    /// it. A batch that stopped the pipeline does not count.
+    pub fn batches_committed(&self) -> u64 {
+        self.batches_committed
     }
 
     /// Offers the next batch of one table: its first change's position and
@@ -468,6 +492,7 @@ impl Core {
             return Vec::new();
         }
         self.in_flight = None;
+        self.batches_committed += 1;
         match self.policy_position() {
             Some(p) if self.checkpoint.as_ref().is_none_or(|c| p > *c) => {
                 self.checkpoint = Some(p.clone());

@@ -836,3 +836,75 @@ fn a_disabled_sink_takes_no_swap() {
     let refused = core.admit_swap(PLAIN, false).unwrap_err();
     assert!(refused.contains("out of this run"), "{refused}");
 }
+
+#[test]
+fn the_core_names_every_disabled_sink_with_the_reason() {
+    let sinks = vec![
+        SinkSpec {
+            name: "r".into(),
+            required: true,
+            positioned: true,
+        },
+        SinkSpec {
+            name: "o1".into(),
+            required: false,
+            positioned: false,
+        },
+        SinkSpec {
+            name: "o2".into(),
+            required: false,
+            positioned: false,
+        },
+    ];
+    let mut core = Core::new("pipe", 1, CommitPolicy::Required, vec!["a".into()], sinks);
+    assert_eq!(core.pipeline(), "pipe");
+    assert_eq!(core.disabled_sinks().count(), 0);
+    core.disable(2, "could not load".into());
+    let failure = Failure {
+        kind: FailureKind::Broken,
+        message: "trap".into(),
+    };
+    let at = tx_pos(1, 0);
+    let (result, _, _) = drive(&mut core, at.clone(), at, Some((1, failure)));
+    result.unwrap();
+    let disabled: Vec<(&str, &str)> = core.disabled_sinks().collect();
+    assert_eq!(disabled.len(), 2, "{disabled:?}");
+    assert_eq!(disabled[0].0, "o1");
+    assert!(disabled[0].1.contains("trap"), "{disabled:?}");
+    assert_eq!(disabled[1], ("o2", "could not load"));
+}
+
+#[test]
+fn a_batch_counts_as_committed_once_every_sink_is_done_with_it() {
+    let mut sinks = specs();
+    sinks[PLAIN].required = false;
+    let mut core = Core::new("p", 1, CommitPolicy::Required, vec!["a".into()], sinks);
+    assert_eq!(core.batches_committed(), 0);
+    let first = tx_pos(1, 0);
+    let (result, _, _) = drive(&mut core, first.clone(), first.clone(), None);
+    result.unwrap();
+    assert_eq!(core.batches_committed(), 1);
+    // A replay every sink already holds is seen through all the same.
+    let (result, commits, _) = drive(&mut core, first.clone(), first, None);
+    result.unwrap();
+    assert!(commits.is_empty(), "{commits:?}");
+    assert_eq!(core.batches_committed(), 2);
+    // So is a batch an optional sink failed over: the others committed it.
+    let broken = Failure {
+        kind: FailureKind::Broken,
+        message: "trap".into(),
+    };
+    let second = tx_pos(2, 0);
+    let (result, _, _) = drive(&mut core, second.clone(), second, Some((PLAIN, broken)));
+    result.unwrap();
+    assert_eq!(core.batches_committed(), 3);
+    // A batch that stops the pipeline is not.
+    let poison = Failure {
+        kind: FailureKind::Poison,
+        message: "bad decimal".into(),
+    };
+    let third = tx_pos(3, 0);
+    let (result, _, _) = drive(&mut core, third.clone(), third, Some((POSITIONED, poison)));
+    assert!(matches!(result, Err(ExecError::Stopped(_))), "{result:?}");
+    assert_eq!(core.batches_committed(), 3);
+}
