@@ -4,26 +4,18 @@
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
+use super::capability::network::SinkNetwork;
+use super::capability::network::tcp::HasNetwork;
 use super::capability::{CapabilityStates, HasCapabilities};
 use super::cause::StderrTail;
-use super::network::SinkNetwork;
-use super::network::http::HttpGate;
-use super::network::tcp::HasNetwork;
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// Per-instance state the host functions see.
 pub struct HostState {
     pub(super) wasi: WasiCtx,
     pub(super) table: ResourceTable,
     pub(super) capabilities: CapabilityStates,
-    /// `wasi:http`'s state, and the gate every request passes.
-    pub(super) http: WasiHttpCtx,
-    pub(super) http_gate: HttpGate,
-    /// What the sink may reach, for the host's name lookup.
-    pub(super) network: SinkNetwork,
-    /// TCP sockets the instance holds now.
-    pub(super) tcp_sockets: usize,
     /// The most linear memory the instance may hold, summed over all its
     /// memories: a component may carry several core modules, each with
     /// memories of its own.
@@ -43,23 +35,21 @@ impl HasCapabilities for HostState {
     }
 }
 
+// The network capability's functions need the instance's resource table
+// beside its state: both borrowed at once, as disjoint fields.
 impl WasiHttpView for HostState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: &mut self.http_gate,
-        }
+        self.capabilities.network.http_view(&mut self.table)
     }
 }
 
 impl HasNetwork for HostState {
     fn network(&mut self) -> (&SinkNetwork, &mut ResourceTable) {
-        (&self.network, &mut self.table)
+        (self.capabilities.network.granted(), &mut self.table)
     }
 
     fn tcp_sockets(&mut self) -> &mut usize {
-        &mut self.tcp_sockets
+        self.capabilities.network.tcp_sockets()
     }
 }
 

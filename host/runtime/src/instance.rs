@@ -11,11 +11,11 @@ use wasmtime::{Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 use weir_core::CommitRequest;
 
+use super::capability::network::{self, SinkNetwork};
 use super::capability::{CapabilityStates, Grants, blobstore::BlobScope};
 use super::cause;
 use super::engine::EPOCH_TICK;
 use super::host_state::HostState;
-use super::network::{self, SinkNetwork};
 use super::plugin::{Plugin, PluginInfo};
 use super::tenant::TenantShare;
 use super::types::{BatchHeader, SinkClaim, SinkError};
@@ -127,20 +127,14 @@ impl SinkInstance {
     ) -> Result<Self, CallError> {
         // No preopened folders, no environment, no arguments: everything a
         // sink may touch comes through the weir imports, and the network
-        // only as far as it was granted (name lookup is the host's own, see
-        // `network::tcp`). Its stderr is kept (a bounded tail) only to
+        // only as far as it was granted (its sockets as the network
+        // capability sets them). Its stderr is kept (a bounded tail) only to
         // quote why it died.
         let stderr = cause::StderrTail::default();
-        let network = grants.network.clone();
-        let wasi = WasiCtxBuilder::new()
-            .stderr(stderr.clone())
-            .allow_tcp(!network.grants.tcp.is_empty())
-            // UDP is never granted; it is let through to the address check
-            // only so that a refusal is logged with the sink and target.
-            .allow_udp(!network.grants.tcp.is_empty())
-            .allow_ip_name_lookup(false)
-            .socket_addr_check(network::tcp::address_check(network.clone()))
-            .build();
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        network::configure_sockets(&mut wasi, &grants.network);
+        let wasi = wasi.build();
         let mut capabilities = CapabilityStates::new(grants);
         if let Some(tenant) = tenant {
             capabilities.log.share_with(tenant);
@@ -149,10 +143,6 @@ impl SinkInstance {
             wasi,
             table: ResourceTable::new(),
             capabilities,
-            http: wasmtime_wasi_http::WasiHttpCtx::new(),
-            http_gate: network::http::HttpGate::new(network.clone()),
-            network,
-            tcp_sockets: 0,
             memory_limit: limits.memory_bytes,
             memory_held: 0,
             memory_last_grow: 0,

@@ -11,7 +11,6 @@ mod cause;
 pub mod engine;
 pub mod host_state;
 pub mod instance;
-pub mod network;
 pub mod plugin;
 pub mod tenant;
 pub mod types;
@@ -19,6 +18,9 @@ mod wit;
 pub mod worker;
 
 pub use capability::blobstore::{BlobError, BlobScope};
+// The crates above name the network's grants and limits here, beside the
+// runtime's other entry points.
+pub use capability::network;
 pub use engine::{EngineError, WasmEngine};
 pub use instance::{CallError, Limits, SinkInstance};
 pub use plugin::{LoadError, Plugin, PluginInfo};

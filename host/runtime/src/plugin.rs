@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use wasmtime::component::{InstancePre, Linker, types::ComponentItem};
 
-use super::capability;
+use super::capability::network::{self, NetworkGrants};
+use super::capability::{self, Import, ImportGrants};
 use super::engine::{CompileLimits, EngineError, WasmEngine, digest};
 use super::host_state::HostState;
-use super::network::NetworkGrants;
 use super::types::OptionalExport;
 use super::wit;
 
@@ -90,21 +90,6 @@ impl PluginInfo {
     }
 }
 
-/// The kinds of network access `imports` reach for: `http` for `wasi:http`,
-/// `tcp` for `wasi:sockets`.
-fn network_kinds(imports: &[String]) -> Vec<String> {
-    let imports_package = |package: &str| {
-        imports
-            .iter()
-            .any(|i| i.split_once('/').is_some_and(|(p, _)| p == package))
-    };
-    [("wasi:http", "http"), ("wasi:sockets", "tcp")]
-        .into_iter()
-        .filter(|(package, _)| imports_package(package))
-        .map(|(_, kind)| kind.to_string())
-        .collect()
-}
-
 /// A loaded, checked and pre-instantiated plugin, ready for instances.
 pub struct Plugin {
     /// What the plugin is and speaks.
@@ -123,8 +108,7 @@ pub fn linker(engine: &WasmEngine) -> Result<SinkLinker, EngineError> {
     let config = |e: wasmtime::Error| EngineError::Config(format!("{e:#}"));
     let mut linker = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(config)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(config)?;
-    super::network::tcp::add_name_lookup_to_linker(&mut linker).map_err(config)?;
+    network::add_to_linker(&mut linker).map_err(config)?;
     wit::add_to_linker(&mut linker).map_err(config)?;
     Ok(linker)
 }
@@ -155,7 +139,7 @@ impl Plugin {
         check_is_component(path, &wasm)?;
         let component = engine.component(path, &wasm, &sha256, limits)?;
         let info = inspect_component(engine, path, &component, &sha256, wasm.len() as u64)?;
-        check_imports(path, &info, network)?;
+        check_imports(path, &info, &ImportGrants { network })?;
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Contract {
@@ -280,7 +264,7 @@ fn inspect_component(
         size,
         wit_version,
         capabilities,
-        network: network_kinds(&imports),
+        network: network::imported_kinds(&imports),
         imports,
         exports,
     })
@@ -288,60 +272,44 @@ fn inspect_component(
 
 /// Refuses, with a sentence naming it, any import this host does not grant:
 /// a `weir:sink` interface must be the shared types or a capability's, in
-/// the version the plugin exports.
-fn check_imports(path: &Path, info: &PluginInfo, network: &NetworkGrants) -> Result<(), LoadError> {
-    for import in &info.imports {
-        // The network is granted per sink: its interfaces link only for a
-        // sink whose pipeline entry grants that kind of access.
-        let needs = match import.split_once('/') {
-            Some(("wasi:http", _)) if network.http.is_empty() => {
-                Some(("grants.http", "[\"https://api.example.com\"]"))
-            }
-            Some(("wasi:sockets", _)) if network.tcp.is_empty() => {
-                Some(("grants.tcp", "[\"redis.internal:6379\"]"))
-            }
-            _ => None,
-        };
-        if let Some((key, example)) = needs {
-            return Err(LoadError::Contract {
-                path: path.to_path_buf(),
-                detail: format!(
-                    "imports `{import}`, but its sink has no `{key}`: add the hosts it may \
-                     reach to the sink's entry, for example `{key}: {example}`"
-                ),
-            });
-        }
-        let granted = match import.split_once('/') {
-            Some((package, rest)) if package == wit::PACKAGE => {
-                let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
-                if version != info.wit_version {
-                    return Err(LoadError::Contract {
-                        path: path.to_path_buf(),
-                        detail: format!(
-                            "imports `{import}`, but this host provides {}@{}",
-                            wit::PACKAGE,
-                            info.wit_version
-                        ),
-                    });
+/// the version the plugin exports; an import a capability provides must
+/// pass that capability's check against the sink's grants; anything else
+/// must be WASI (with nothing ambient).
+fn check_imports(path: &Path, info: &PluginInfo, grants: &ImportGrants) -> Result<(), LoadError> {
+    let refuse = |detail: String| LoadError::Contract {
+        path: path.to_path_buf(),
+        detail,
+    };
+    for name in &info.imports {
+        let granted = match Import::parse(name) {
+            Some(import) => {
+                if import.package == wit::PACKAGE && import.version != info.wit_version {
+                    return Err(refuse(format!(
+                        "imports `{name}`, but this host provides {}@{}",
+                        wit::PACKAGE,
+                        info.wit_version
+                    )));
                 }
-                interface == "types" || capability::INTERFACES.contains(&interface)
+                match capability::provider_of(&import) {
+                    Some(provider) => {
+                        provider.check_import(&import, grants).map_err(refuse)?;
+                        true
+                    }
+                    None if import.package == wit::PACKAGE => import.interface == "types",
+                    None => import.package.starts_with("wasi:"),
+                }
             }
-            Some((package, _)) => package.starts_with("wasi:"),
             None => false,
         };
         if !granted {
-            let capabilities: Vec<String> = capability::INTERFACES
-                .iter()
+            let interfaces: Vec<String> = capability::contract_interfaces()
                 .map(|interface| format!("{}/{interface}", wit::PACKAGE))
                 .collect();
-            return Err(LoadError::Contract {
-                path: path.to_path_buf(),
-                detail: format!(
-                    "imports `{import}`, which weir does not grant to sinks \
-                     (granted: {} and WASI without files, sockets or environment)",
-                    capabilities.join(", ")
-                ),
-            });
+            return Err(refuse(format!(
+                "imports `{name}`, which weir does not grant to sinks \
+                 (granted: {} and WASI without files, sockets or environment)",
+                interfaces.join(", ")
+            )));
         }
     }
     Ok(())
@@ -410,15 +378,23 @@ mod tests {
             "weir:sink/log@0.1.0",
             "wasi:io/streams@0.2.6",
         ];
-        let none = NetworkGrants::default();
+        let none = ImportGrants {
+            network: &NetworkGrants::default(),
+        };
         assert!(check_imports(path, &info(&granted), &none).is_ok());
         let refused = |import: &str| match check_imports(path, &info(&[import]), &none) {
             Err(LoadError::Contract { detail, .. }) => detail,
             other => panic!("{import} was not refused: {other:?}"),
         };
-        assert!(refused("wasi:http/outgoing-handler@0.2.6").contains("has no `grants.http`"));
+        assert_eq!(
+            refused("wasi:http/outgoing-handler@0.2.6"),
+            "imports `wasi:http/outgoing-handler@0.2.6`, but its sink has no `grants.http`: \
+             add the hosts it may reach to the sink's entry, for example \
+             `grants.http: [\"https://api.example.com\"]`"
+        );
         assert!(refused("wasi:sockets/tcp@0.2.6").contains("has no `grants.tcp`"));
         let web = NetworkGrants::parse(["http://127.0.0.1:8080"], None::<&str>).unwrap();
+        let web = ImportGrants { network: &web };
         let http = info(&["wasi:http/outgoing-handler@0.2.6", "wasi:http/types@0.2.6"]);
         assert!(check_imports(path, &http, &web).is_ok());
         let sockets = info(&["wasi:sockets/tcp@0.2.6"]);

@@ -20,8 +20,8 @@ use backon::{BlockingRetryable, ExponentialBuilder};
 use weir_core::CommitRequest;
 
 use super::capability::blobstore::BlobScope;
+use super::capability::network::SinkNetwork;
 use super::instance::{CallError, Limits, SinkInstance};
-use super::network::SinkNetwork;
 use super::plugin::{Plugin, PluginInfo};
 use super::types::{BatchHeader, SinkClaim, SinkError};
 use weir_metrics::SinkMetrics;
@@ -520,8 +520,8 @@ mod tests {
 
     use super::*;
     use crate::capability::log::LogLimits;
+    use crate::capability::network::NetworkGrants;
     use crate::engine::WasmEngine;
-    use crate::network::NetworkGrants;
     use crate::plugin::{self, SinkLinker};
     use crate::tenant::TenantShare;
     use crate::types::TableDescription;

@@ -17,7 +17,7 @@ use weir_contract::blob_path::{self, TEMP_MARKER};
 use super::blob_faults::{BlobFaults, FaultKind};
 pub use super::blob_walk::ObjectMeta;
 use super::blob_walk::{self, WalkError};
-use super::{Capability, Grants};
+use super::{Capability, Grants, Provides};
 use crate::tenant::TenantShare;
 
 /// Why a blob call failed; mirrors the WIT `blob-error`.
@@ -633,7 +633,7 @@ fn mib(bytes: u64) -> String {
 pub struct Blobstore;
 
 impl Capability for Blobstore {
-    const INTERFACE: &'static str = "blobstore";
+    const PROVIDES: Provides = Provides::ContractInterface("blobstore");
     type State = Arc<BlobScope>;
 
     fn instance_state(grants: &Grants) -> Arc<BlobScope> {

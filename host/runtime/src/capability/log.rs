@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::token_bucket::TokenBucket;
-use super::{Capability, Grants};
+use super::{Capability, Grants, Provides};
 use crate::tenant::TenantShare;
 
 /// The log capability.
 pub struct Log;
 
 impl Capability for Log {
-    const INTERFACE: &'static str = "log";
+    const PROVIDES: Provides = Provides::ContractInterface("log");
     type State = SinkLog;
 
     fn instance_state(grants: &Grants) -> SinkLog {

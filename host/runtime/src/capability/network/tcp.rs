@@ -31,7 +31,9 @@ const CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
 const TCP: &str = "wasi:sockets/tcp@0.2.12";
 
 /// The store data the replaced functions need: the sink's network, the
-/// instance's resource table, and how many TCP sockets it holds.
+/// instance's resource table, and how many TCP sockets it holds. A trait of
+/// its own beside [`HasCapabilities`](crate::capability::HasCapabilities)
+/// because they need the table and the network's state at once.
 pub trait HasNetwork: WasiView + Send + 'static {
     fn network(&mut self) -> (&SinkNetwork, &mut ResourceTable);
     fn tcp_sockets(&mut self) -> &mut usize;
