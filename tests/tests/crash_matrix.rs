@@ -13,8 +13,8 @@
 //! positioned,parquet,iceberg --kills 200 --seed 42`.
 //!
 //! A test binary of its own, unlike the other areas: it points
-//! `WEIR_COMPONENT_CACHE` at one cache for every episode, an environment
-//! change no other test of the process may see.
+//! `WEIR_COMPONENT_CACHE` at the tests' shared cache for every episode, an
+//! environment change no other test of the process may see.
 
 mod common;
 mod crash_matrix_support;
@@ -28,11 +28,12 @@ use crash_matrix_support::{Source, Spec, print_report};
 fn every_sink_stays_exact_or_complete_across_kills_at_every_point_of_every_source() {
     let spec = Spec::from_env();
     // Every episode of the matrix is a new pipeline with its own state
-    // folder; one component cache for all of them compiles each plugin once.
-    let cache = tempfile::tempdir().unwrap();
+    // folder; one component cache for all of them compiles each plugin once
+    // (the tests' shared one: the other tests have compiled most already).
+    let cache = common::shared_component_cache();
     // SAFETY: set before this test starts any thread or process, and it is
     // the only test of this binary: nothing reads the environment meanwhile.
-    unsafe { std::env::set_var("WEIR_COMPONENT_CACHE", cache.path()) };
+    unsafe { std::env::set_var("WEIR_COMPONENT_CACHE", &cache) };
     println!(
         "crash matrix seed: {} (set WEIR_CRASH_SEED to replay it)",
         spec.seed

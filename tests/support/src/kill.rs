@@ -24,3 +24,15 @@ impl KillSchedule {
         self.0.random_range(low..high)
     }
 }
+
+/// How deep the slowest crash and reader tests go: bounded by default, so
+/// that `make test` stays within CI's time, or at full depth with
+/// `WEIR_TESTS=long` (more kills, longer streams), as before a release.
+/// Both depths must prove what the test claims; the long one probes more.
+pub fn depth<T>(bounded: T, long: T) -> T {
+    match std::env::var("WEIR_TESTS").as_deref() {
+        Ok("long") => long,
+        Ok("") | Err(_) => bounded,
+        Ok(other) => panic!("WEIR_TESTS={other}: unknown depth (set `long`, or leave it unset)"),
+    }
+}

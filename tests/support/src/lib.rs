@@ -45,7 +45,7 @@ pub use command::{
 pub use expect::{
     Reduced, assert_parquet_complete, assert_positioned_exact, assert_table_matches, reduce,
 };
-pub use kill::KillSchedule;
+pub use kill::{KillSchedule, depth};
 pub use pipeline::{PipelineBuilder, SinkBuilder, TableMode};
 #[cfg(feature = "host")]
 pub use read::{ReadChange, changes, read_parquet, read_positioned, value_at};

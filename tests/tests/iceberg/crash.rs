@@ -16,7 +16,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{KillSchedule, TableMode, expected_state, status, tables, text, weir, weir_bin};
+use common::{
+    KillSchedule, TableMode, depth, expected_state, status, tables, text, weir, weir_bin,
+};
 use iceberg_support::*;
 
 /// Where every table stands according to its Iceberg snapshots.
@@ -103,6 +105,7 @@ fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
     let pipeline_arg = pipeline.to_str().unwrap();
 
     let mut delays = KillSchedule::from_env_or_random();
+    let kills = depth(5, 10);
 
     // The first run compiles the component (cached afterwards): let it get
     // going before the kills start.
@@ -110,7 +113,7 @@ fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
     let mut failpoint_landed = false;
     let mut attempts = 0;
     let mut last_lag = u64::MAX;
-    while (landed < 10 || !failpoint_landed) && attempts < 30 {
+    while (landed < kills || !failpoint_landed) && attempts < 3 * kills {
         attempts += 1;
         // Once, after a few kills: die between the Iceberg commit and the
         // host's store write.
@@ -181,9 +184,9 @@ fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
             break;
         }
     }
-    if landed < 10 || !failpoint_landed {
+    if landed < kills || !failpoint_landed {
         panic!(
-            "INCONCLUSIVE: {landed} of {attempts} kills landed mid-backlog (need 10), \
+            "INCONCLUSIVE: {landed} of {attempts} kills landed mid-backlog (need {kills}), \
              failpoint landed: {failpoint_landed}; nothing was proven about recovery"
         );
     }

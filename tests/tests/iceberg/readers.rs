@@ -8,7 +8,7 @@ use crate::iceberg_support;
 
 use std::collections::BTreeMap;
 
-use common::{TableMode, tables, text, weir};
+use common::{TableMode, depth, tables, text, weir};
 use iceberg_support::*;
 
 const SEED: u64 = 3;
@@ -75,8 +75,10 @@ fn upsert_tables_equal_the_generator_state_in_all_three_readers() {
 /// The host folds changes to one key within a batch (the last one wins, as
 /// the WIT contract says), so an append table holds every change of the
 /// source only when no batch holds two changes to a key: one change per
-/// batch here, on a smaller stream.
-const APPEND_CHANGES: u64 = 1_200;
+/// batch here, on a smaller stream (one Iceberg commit per change).
+fn append_changes() -> u64 {
+    depth(400, 1_200)
+}
 
 #[test]
 fn append_tables_hold_every_change_in_all_three_readers() {
@@ -84,7 +86,7 @@ fn append_tables_hold_every_change_in_all_three_readers() {
     let lake = Lake {
         root: dir.path().join("lake"),
     };
-    let pipeline = iceberg_pipeline("log", SEED, APPEND_CHANGES, TableMode::Append, &lake)
+    let pipeline = iceberg_pipeline("log", SEED, append_changes(), TableMode::Append, &lake)
         .max_rows(1)
         .linger_ms(20)
         .heartbeat_ms(500)
@@ -95,7 +97,7 @@ fn append_tables_hold_every_change_in_all_three_readers() {
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
 
-    let want = append_rows(SEED, APPEND_CHANGES);
+    let want = append_rows(SEED, append_changes());
     for table in tables() {
         let metadata = lake.metadata(&destination(&table.name)).unwrap();
         let columns = column_names(&table, &["change_op", "change_pos"]);

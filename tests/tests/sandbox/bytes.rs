@@ -237,7 +237,10 @@ fn a_root_overlapping_the_state_dir_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     // Run once, so the state folder holds compiled plugins to tamper with.
     let honest = workload(SEED, 100, 50).sink(sink("exact", "weir-fixture-positioned", dir.path()));
-    let first = weir(&["run", honest.write_in(dir.path()).to_str().unwrap()], &[]);
+    let first = weir(
+        &["run", honest.write_in(dir.path()).to_str().unwrap()],
+        IN_STATE_CACHE,
+    );
     assert!(first.status.success(), "{}", text(&first));
     let state = dir.path().join("state");
     let before = cache_files(&state);
@@ -249,7 +252,7 @@ fn a_root_overlapping_the_state_dir_is_refused_at_start() {
         .sink(sink("exact", "weir-fixture-positioned", dir.path()))
         .sink(tamper)
         .write_in(dir.path());
-    let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
+    let out = weir(&["run", pipeline.to_str().unwrap()], IN_STATE_CACHE);
     let report = text(&out);
     assert!(!out.status.success(), "{report}");
     for needle in ["sinks[1].blob_store.url", "`bad`", "state_dir"] {
@@ -275,6 +278,12 @@ fn nested_roots_are_refused_at_start() {
         assert!(report.contains(needle), "missing {needle:?} in: {report}");
     }
 }
+
+/// The component cache where a pipeline keeps it without
+/// `WEIR_COMPONENT_CACHE` (empty: unset), beside its state, which these
+/// tests tamper with; scripts/test points the variable at a cache every
+/// other test shares.
+const IN_STATE_CACHE: &[(&str, &str)] = &[("WEIR_COMPONENT_CACHE", "")];
 
 /// The component cache's files with their bytes, by name.
 fn cache_files(state: &Path) -> Vec<(String, Vec<u8>)> {
@@ -319,7 +328,7 @@ fn a_tampered_cache_is_compiled_again_and_the_pinned_sink_stays_itself() {
             .sink(sink("exact", "weir-fixture-positioned", dir.path()).sha256(&pin))
             .sink(sink("other", "weir-null-sink", dir.path()))
             .write_in(dir.path());
-        weir(&["run", pipeline.to_str().unwrap()], &[])
+        weir(&["run", pipeline.to_str().unwrap()], IN_STATE_CACHE)
     };
     let first = run(500);
     assert!(first.status.success(), "{}", text(&first));
