@@ -700,27 +700,30 @@ fn a_fenced_optional_sink_still_stops_the_pipeline() {
     assert!(matches!(result, Err(ExecError::Stopped(_))));
 }
 
+/// A required positioned sink `r`, then two optional plain ones.
+fn one_required_two_optional() -> Vec<SinkSpec> {
+    vec![
+        SinkSpec {
+            name: "r".into(),
+            required: true,
+            positioned: true,
+        },
+        SinkSpec {
+            name: "o1".into(),
+            required: false,
+            positioned: false,
+        },
+        SinkSpec {
+            name: "o2".into(),
+            required: false,
+            positioned: false,
+        },
+    ]
+}
+
 #[test]
 fn policies_decide_when_the_checkpoint_moves() {
-    let three = || {
-        vec![
-            SinkSpec {
-                name: "r".into(),
-                required: true,
-                positioned: true,
-            },
-            SinkSpec {
-                name: "o1".into(),
-                required: false,
-                positioned: false,
-            },
-            SinkSpec {
-                name: "o2".into(),
-                required: false,
-                positioned: false,
-            },
-        ]
-    };
+    let three = one_required_two_optional;
     let lagging = tx_pos(1, 0);
     let ahead = tx_pos(5, 0);
     let checkpoint_for = |policy| {
@@ -839,23 +842,7 @@ fn a_disabled_sink_takes_no_swap() {
 
 #[test]
 fn the_core_names_every_disabled_sink_with_the_reason() {
-    let sinks = vec![
-        SinkSpec {
-            name: "r".into(),
-            required: true,
-            positioned: true,
-        },
-        SinkSpec {
-            name: "o1".into(),
-            required: false,
-            positioned: false,
-        },
-        SinkSpec {
-            name: "o2".into(),
-            required: false,
-            positioned: false,
-        },
-    ];
+    let sinks = one_required_two_optional();
     let mut core = Core::new("pipe", 1, CommitPolicy::Required, vec!["a".into()], sinks);
     assert_eq!(core.pipeline(), "pipe");
     assert_eq!(core.disabled_sinks().count(), 0);
