@@ -1041,6 +1041,16 @@ fn stream_parts(text: &str) -> (u64, u32) {
     (commit.parse().unwrap(), ordinal.parse().unwrap())
 }
 
+/// A position as the core writes it in an error (`stream 0x…`, the raw
+/// order bytes: the core does not know the source's layout), as its parts.
+fn error_position_parts(text: &str) -> (u64, u32) {
+    let order = text
+        .strip_prefix("stream 0x")
+        .and_then(|hex_text| hex::decode(hex_text).ok())
+        .unwrap_or_else(|| panic!("not a streaming position: {text}"));
+    parts_of(&Position::streaming(&order))
+}
+
 fn parts_of(position: &Position) -> (u64, u32) {
     position.as_stream().expect("a generator position")
 }
@@ -1120,7 +1130,7 @@ fn a_quota_holds_and_positions_stay_durable(host: &ServeHost, b: &BWitness) {
         .nth(1)
         .and_then(|r| r.split("..=").nth(1))
         .and_then(|r| r.split(':').next())
-        .map(stream_parts)
+        .map(error_position_parts)
         .unwrap_or_else(|| panic!("the reason names no positions: {reason}"));
     if let Some(held) = durable.get(failed_table) {
         assert!(
