@@ -627,10 +627,16 @@ impl PipelineConfig {
     /// cache shared by several pipelines: a large plugin compiles once),
     /// else beside the pipeline's state.
     pub fn cache_dir(&self) -> PathBuf {
-        match std::env::var_os(COMPONENT_CACHE_VAR) {
-            Some(shared) if !shared.is_empty() => PathBuf::from(shared),
-            _ => self.state_dir().join("component-cache"),
-        }
+        component_cache_dir(&self.state_dir())
+    }
+}
+
+/// Where compiled plugins are kept for state kept in `state_dir`:
+/// `WEIR_COMPONENT_CACHE` if set, else `<state_dir>/component-cache`.
+pub fn component_cache_dir(state_dir: &Path) -> PathBuf {
+    match std::env::var_os(COMPONENT_CACHE_VAR) {
+        Some(shared) if !shared.is_empty() => PathBuf::from(shared),
+        _ => state_dir.join("component-cache"),
     }
 }
 

@@ -19,6 +19,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
+
+use super::budget::{Budget, Claim, Exhausted};
+use super::tenant::TenantShare;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// How often the epoch advances; CPU deadlines are counted in these ticks.
@@ -32,6 +35,66 @@ pub const MAX_PLUGIN_MEMORY: usize = 4 << 30;
 /// handful: its module, the shims, the WASI adapter).
 const MAX_CORE_INSTANCES: u32 = 64;
 
+/// The slots of the instance pool when nobody asks for another size: each
+/// slot is one component instance with up to [`MEMORIES_PER_SLOT`]
+/// memories and [`TABLES_PER_SLOT`] tables.
+pub const DEFAULT_POOL_SLOTS: usize = 64;
+/// The memories and tables one slot gives; an instance with more takes
+/// more slots ([`slots_needed`]), so that the pool's memories and tables
+/// run out no sooner than its slots, and counting slots counts them all.
+const MEMORIES_PER_SLOT: usize = 2;
+const TABLES_PER_SLOT: usize = 4;
+/// The slots no tenant may take: what sinks of no tenant (`weir run`,
+/// `weir plugin test`) and the host's own checks can always have.
+pub const RESERVED_POOL_SLOTS: usize = 4;
+
+/// The slots one instance of `component` takes.
+pub fn slots_needed(component: &Component) -> usize {
+    let Some(needs) = component.resources_required() else {
+        // Only a component importing core modules has no answer, and the
+        // contract gives none: count it as large as a component may be.
+        return super::host_state::MAX_MEMORIES.div_ceil(MEMORIES_PER_SLOT);
+    };
+    let memories = (needs.num_memories as usize).div_ceil(MEMORIES_PER_SLOT);
+    let tables = (needs.num_tables as usize).div_ceil(TABLES_PER_SLOT);
+    memories.max(tables).max(1)
+}
+
+/// The engine's instance pool as sinks take it: every instance takes its
+/// slots from `slots`, and a tenant's also from `for_tenants`, which keeps
+/// [`RESERVED_POOL_SLOTS`] back from all tenants together.
+#[derive(Debug)]
+pub struct InstancePool {
+    pub slots: Arc<Budget>,
+    pub for_tenants: Arc<Budget>,
+}
+
+impl InstancePool {
+    fn new(slots: usize) -> InstancePool {
+        InstancePool {
+            slots: Budget::new("the host's instance pool", slots),
+            for_tenants: Budget::new(
+                format!("the host's instance pool less {RESERVED_POOL_SLOTS} slots it keeps"),
+                slots.saturating_sub(RESERVED_POOL_SLOTS),
+            ),
+        }
+    }
+
+    /// Takes `slots` for one instance: from `tenant`'s share first, then
+    /// from what the pool leaves tenants, then from the pool (a sink of no
+    /// tenant may use the reserve too).
+    pub fn take(&self, slots: usize, tenant: Option<&TenantShare>) -> Result<Claim, Exhausted> {
+        match tenant {
+            Some(tenant) => Claim::take([
+                (&tenant.instances, slots),
+                (&self.for_tenants, slots),
+                (&self.slots, slots),
+            ]),
+            None => Claim::take([(&self.slots, slots)]),
+        }
+    }
+}
+
 /// The engine, its epoch ticker and its component cache.
 pub struct WasmEngine {
     engine: Engine,
@@ -40,6 +103,7 @@ pub struct WasmEngine {
     seal_key: OnceLock<[u8; 32]>,
     stop_ticker: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
+    pool: Arc<InstancePool>,
 }
 
 /// What loading one plugin may cost the host: compiling runs on a thread
@@ -85,16 +149,23 @@ pub enum EngineError {
 }
 
 impl WasmEngine {
-    /// Starts the engine and its epoch ticker; compiled plugins are cached
-    /// in `cache_dir`.
+    /// Starts the engine and its epoch ticker, with a pool of
+    /// [`DEFAULT_POOL_SLOTS`]; compiled plugins are cached in `cache_dir`.
     pub fn new(cache_dir: &Path) -> Result<Self, EngineError> {
-        let engine = match Engine::new(&config(true)) {
+        Self::with_pool_slots(cache_dir, DEFAULT_POOL_SLOTS)
+    }
+
+    /// The same, with a pool of `slots` instance slots (`weir serve` sizes
+    /// it to its tenants' shares and the reserve).
+    pub fn with_pool_slots(cache_dir: &Path, slots: usize) -> Result<Self, EngineError> {
+        let engine = match Engine::new(&config(Some(slots))) {
             Ok(engine) => engine,
             // Some hosts cap virtual memory (ulimit -v) below what the pool
-            // reserves; plugins still run, just without the pool's reuse.
+            // reserves; plugins still run, just without the pool's reuse
+            // (the slots are still counted).
             Err(pool_error) => {
                 tracing::warn!(%pool_error, "pooling allocator unavailable; using on-demand allocation");
-                Engine::new(&config(false)).map_err(|e| EngineError::Config(e.to_string()))?
+                Engine::new(&config(None)).map_err(|e| EngineError::Config(e.to_string()))?
             }
         };
         let stop_ticker = Arc::new(AtomicBool::new(false));
@@ -117,12 +188,18 @@ impl WasmEngine {
             seal_key: OnceLock::new(),
             stop_ticker,
             ticker: Some(ticker),
+            pool: Arc::new(InstancePool::new(slots)),
         })
     }
 
     /// The wasmtime engine itself.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Its instance pool, as sinks take slots of it.
+    pub fn pool(&self) -> &Arc<InstancePool> {
+        &self.pool
     }
 
     /// Loads a component from its wasm bytes, through the cache of
@@ -245,7 +322,9 @@ impl Drop for WasmEngine {
     }
 }
 
-fn config(pooling: bool) -> Config {
+/// The engine's settings; `pool_slots` sizes the pooling allocator, `None`
+/// allocates each instance on demand.
+fn config(pool_slots: Option<usize>) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     // On by default in wasmtime 48, and it makes every component call
@@ -266,12 +345,16 @@ fn config(pooling: bool) -> Config {
     if std::env::var_os("WEIR_PERF_MAP").is_some_and(|v| v == "1") {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
-    if pooling {
+    if let Some(slots) = pool_slots {
+        let slots_u32 = u32::try_from(slots).unwrap_or(u32::MAX);
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(64);
-        pool.total_core_instances(512);
-        pool.total_memories(128);
-        pool.total_tables(256);
+        pool.total_component_instances(slots_u32);
+        // Core instances are not counted by slot (wasmtime does not say how
+        // many a component makes): there are enough for every slot to make
+        // the most a component may.
+        pool.total_core_instances(slots_u32.saturating_mul(MAX_CORE_INSTANCES));
+        pool.total_memories(slots_u32.saturating_mul(MEMORIES_PER_SLOT as u32));
+        pool.total_tables(slots_u32.saturating_mul(TABLES_PER_SLOT as u32));
         pool.max_memory_size(MAX_PLUGIN_MEMORY);
         // One component must not take the whole pool from the others.
         pool.max_memories_per_component(super::host_state::MAX_MEMORIES as u32);
@@ -369,4 +452,43 @@ fn unique_temp(path: &Path) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     path.with_extension(format!("tmp{}-{n}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenants_take_their_share_and_leave_the_reserve_to_sinks_of_no_tenant() {
+        let pool = InstancePool::new(RESERVED_POOL_SLOTS + 4);
+        let tenant = |name: &str, max_instances| {
+            let bounds = crate::tenant::TenantBounds {
+                max_instances,
+                ..Default::default()
+            };
+            TenantShare::new(name, bounds, 0)
+        };
+        let (acme, globex) = (tenant("acme", 3), tenant("globex", 3));
+        let held = [
+            pool.take(2, Some(&acme)).unwrap(),
+            pool.take(1, Some(&acme)).unwrap(),
+        ];
+        let over_share = pool.take(1, Some(&acme)).unwrap_err();
+        assert_eq!(over_share.key, "tenants.acme.max_instances");
+        let globex_one = pool.take(1, Some(&globex)).unwrap();
+        // Globex is within its share, but the tenants hold all the pool
+        // leaves them.
+        let over_pool = pool.take(1, Some(&globex)).unwrap_err();
+        assert!(
+            over_pool.key.contains("less 4 slots it keeps"),
+            "{over_pool}"
+        );
+        assert_eq!(globex.instances.held(), 1);
+        // The reserve is there for a sink of no tenant.
+        let reserve = pool.take(RESERVED_POOL_SLOTS, None).unwrap();
+        assert!(pool.take(1, None).is_err());
+        drop((held, globex_one, reserve));
+        assert_eq!(pool.slots.held(), 0);
+        assert_eq!(acme.instances.held(), 0);
+    }
 }

@@ -6,8 +6,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
-use super::capability::network::SinkNetwork;
 use super::capability::network::tcp::HasNetwork;
+use super::capability::network::{SinkNetwork, TcpSockets};
 use super::capability::{CapabilityStates, HasCapabilities};
 use super::cause::StderrTail;
 
@@ -48,7 +48,7 @@ impl HasNetwork for HostState {
         (self.capabilities.network.granted(), &mut self.table)
     }
 
-    fn tcp_sockets(&mut self) -> &mut usize {
+    fn tcp_sockets(&mut self) -> &mut TcpSockets {
         self.capabilities.network.tcp_sockets()
     }
 }

@@ -11,6 +11,7 @@ use wasmtime::{Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 use weir_core::CommitRequest;
 
+use super::budget::Claim;
 use super::capability::network::{self, SinkNetwork};
 use super::capability::{CapabilityStates, Grants, blobstore::BlobScope};
 use super::cause;
@@ -70,6 +71,10 @@ pub enum CallError {
     /// The instance asked for more memory than it was granted.
     #[error("{0}")]
     Memory(String),
+    /// The instance was not made: its tenant's share of a resource the
+    /// host shares (instance slots) is held in full. Nothing ran.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// One live instance of a plugin. After a trap it is unusable (a trapped
@@ -79,6 +84,10 @@ pub struct SinkInstance {
     plugin: Arc<Plugin>,
     limits: Limits,
     exports: SinkExports,
+    /// Its slot of the engine's pool, counted against its tenant until the
+    /// instance is dropped: a worker given up on while it still runs holds
+    /// its instance, so it keeps counting until its thread really ends.
+    _slot: Claim,
 }
 
 impl SinkInstance {
@@ -110,21 +119,29 @@ impl SinkInstance {
             blob,
             log: limits.log,
             network,
+            tenant,
         };
-        Self::build(plugin.clone(), &grants, limits, tenant)
+        Self::new(plugin.clone(), &grants, limits)
     }
 
-    /// A fresh instance of `plugin` with its own store, limits and grants.
+    /// A fresh instance of `plugin` with its own store, limits and grants,
+    /// in a slot of the engine's pool taken from its tenant's share (or,
+    /// for a sink of no tenant, from the pool's reserve as well).
     pub fn new(plugin: Arc<Plugin>, grants: &Grants, limits: &Limits) -> Result<Self, CallError> {
-        Self::build(plugin, grants, limits, None)
-    }
-
-    fn build(
-        plugin: Arc<Plugin>,
-        grants: &Grants,
-        limits: &Limits,
-        tenant: Option<Arc<TenantShare>>,
-    ) -> Result<Self, CallError> {
+        let slot = plugin
+            .take_slot(grants.tenant.as_deref())
+            .map_err(|refused| {
+                let tenant = grants
+                    .tenant
+                    .as_ref()
+                    .map(|t| format!(" of tenant `{}`", t.tenant))
+                    .unwrap_or_default();
+                tracing::warn!(sink = %grants.sink_name, "instance refused: {refused}");
+                CallError::Refused(format!(
+                    "no instance slot for sink `{}`{tenant}: {refused}",
+                    grants.sink_name
+                ))
+            })?;
         // No preopened folders, no environment, no arguments: everything a
         // sink may touch comes through the weir imports, and the network
         // only as far as it was granted (its sockets as the network
@@ -135,10 +152,7 @@ impl SinkInstance {
         wasi.stderr(stderr.clone());
         network::configure_sockets(&mut wasi, &grants.network);
         let wasi = wasi.build();
-        let mut capabilities = CapabilityStates::new(grants);
-        if let Some(tenant) = tenant {
-            capabilities.log.share_with(tenant);
-        }
+        let capabilities = CapabilityStates::new(grants);
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
@@ -162,6 +176,7 @@ impl SinkInstance {
             plugin,
             limits: limits.clone(),
             exports,
+            _slot: slot,
         })
     }
 

@@ -6,6 +6,7 @@
 //! version of the WIT contract a plugin was built against is settled inside,
 //! in the private `wit` module.
 
+pub mod budget;
 pub mod capability;
 mod cause;
 pub mod engine;

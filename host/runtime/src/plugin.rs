@@ -3,13 +3,16 @@
 //! for `weir plugin inspect`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use wasmtime::component::{InstancePre, Linker, types::ComponentItem};
 
+use super::budget::{Claim, Exhausted};
 use super::capability::network::{self, NetworkGrants};
 use super::capability::{self, Import, ImportGrants};
-use super::engine::{CompileLimits, EngineError, WasmEngine, digest};
+use super::engine::{CompileLimits, EngineError, InstancePool, WasmEngine, digest, slots_needed};
 use super::host_state::HostState;
+use super::tenant::TenantShare;
 use super::types::OptionalExport;
 use super::wit;
 
@@ -96,6 +99,9 @@ pub struct Plugin {
     pub info: PluginInfo,
     pre: InstancePre<HostState>,
     exports: wit::ExportIndices,
+    /// The pool its instances take slots of, and how many each takes.
+    pool: Arc<InstancePool>,
+    slots: usize,
 }
 
 /// What every plugin is checked and instantiated against.
@@ -155,7 +161,25 @@ impl Plugin {
                     info.wit_version
                 ),
             })?;
-        Ok(Plugin { info, pre, exports })
+        Ok(Plugin {
+            info,
+            pre,
+            exports,
+            pool: engine.pool().clone(),
+            slots: slots_needed(&component),
+        })
+    }
+
+    /// Takes the slots of the engine's pool one instance needs: from
+    /// `tenant`'s share first, then from what the pool leaves tenants, then
+    /// from the pool (a sink of no tenant may use the reserve too).
+    pub fn take_slot(&self, tenant: Option<&TenantShare>) -> Result<Claim, Exhausted> {
+        self.pool.take(self.slots, tenant)
+    }
+
+    /// The slots of the engine's pool one instance takes.
+    pub fn slots_per_instance(&self) -> usize {
+        self.slots
     }
 
     pub(super) fn pre(&self) -> &InstancePre<HostState> {

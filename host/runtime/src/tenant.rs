@@ -1,11 +1,41 @@
 //! What the sinks of one tenant share under `weir serve`: one storage quota
-//! over all their blob stores and one log rate. A sink's own limits still
+//! over all their blob stores, one log rate, and its part of the host's
+//! shared resources (instance slots, sockets). A sink's own limits still
 //! hold; the tenant's bound all of them together.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use super::budget::Budget;
 use super::capability::token_bucket::TokenBucket;
+
+/// A tenant's bounds, from the host file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantBounds {
+    /// The most bytes all its sinks' blob stores may hold together.
+    pub max_stored_bytes: u64,
+    /// Log lines per second, and burst, for all its sinks together.
+    pub log_lines_per_second: u64,
+    pub log_burst: u64,
+    /// The slots of the host's instance pool its sink instances may hold
+    /// together, given-up ones still running included (an instance takes
+    /// one slot, more if it has more memories or tables than a slot gives).
+    pub max_instances: usize,
+    /// The sockets and HTTP connections its sinks may hold together.
+    pub max_sockets: usize,
+}
+
+impl Default for TenantBounds {
+    fn default() -> Self {
+        TenantBounds {
+            max_stored_bytes: 10 << 30,
+            log_lines_per_second: 200,
+            log_burst: 400,
+            max_instances: 16,
+            max_sockets: 256,
+        }
+    }
+}
 
 /// Bounds shared by every sink instance of one tenant.
 pub struct TenantShare {
@@ -16,6 +46,10 @@ pub struct TenantShare {
     /// Log lines per second, and burst, for all its sinks together.
     pub log_lines_per_second: u64,
     pub log_burst: u64,
+    /// The instance slots its sinks hold (see [`TenantBounds::max_instances`]).
+    pub instances: Arc<Budget>,
+    /// The sockets and HTTP connections its sinks hold.
+    pub sockets: Arc<Budget>,
     /// What the tenant's roots hold: counted when the host started, then
     /// kept by every put and delete of its sinks (a put claims its growth
     /// before it writes, so two sinks writing at once cannot both pass).
@@ -26,22 +60,19 @@ pub struct TenantShare {
 
 impl TenantShare {
     /// `stored_now`: what the tenant's root holds when the host starts.
-    pub fn new(
-        tenant: &str,
-        max_stored_bytes: u64,
-        stored_now: u64,
-        log_lines_per_second: u64,
-        log_burst: u64,
-    ) -> TenantShare {
+    pub fn new(tenant: &str, bounds: TenantBounds, stored_now: u64) -> TenantShare {
+        let key = |field: &str| format!("tenants.{tenant}.{field}");
         TenantShare {
             tenant: tenant.to_string(),
-            max_stored_bytes,
-            log_lines_per_second,
-            log_burst,
+            max_stored_bytes: bounds.max_stored_bytes,
+            log_lines_per_second: bounds.log_lines_per_second,
+            log_burst: bounds.log_burst,
+            instances: Budget::new(key("max_instances"), bounds.max_instances),
+            sockets: Budget::new(key("max_sockets"), bounds.max_sockets),
             stored: Mutex::new(stored_now),
             log: Mutex::new(TokenBucket::full(
-                log_lines_per_second,
-                log_burst,
+                bounds.log_lines_per_second,
+                bounds.log_burst,
                 Instant::now(),
             )),
         }
@@ -91,6 +122,24 @@ impl TenantShare {
     }
 }
 
+/// A share of tenant `acme` with these bounds and the rest at their
+/// defaults, for the runtime's tests.
+#[cfg(test)]
+pub(crate) fn acme(
+    max_stored_bytes: u64,
+    stored_now: u64,
+    log_lines_per_second: u64,
+    log_burst: u64,
+) -> TenantShare {
+    let bounds = TenantBounds {
+        max_stored_bytes,
+        log_lines_per_second,
+        log_burst,
+        ..TenantBounds::default()
+    };
+    TenantShare::new("acme", bounds, stored_now)
+}
+
 /// Names the tenant only: its counts sit behind locks a debug print should not take.
 impl std::fmt::Debug for TenantShare {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,7 +159,7 @@ mod tests {
 
     #[test]
     fn storage_is_claimed_up_to_the_quota_and_given_back() {
-        let share = TenantShare::new("acme", 1000, 300, 10, 10);
+        let share = acme(1000, 300, 10, 10);
         assert_eq!(share.stored_bytes(), 300);
         share.claim_storage(600).unwrap();
         assert_eq!(share.claim_storage(101), Err(1001));
@@ -129,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_tenant_already_over_its_quota_may_only_shrink() {
-        let share = TenantShare::new("acme", 1000, 5000, 10, 10);
+        let share = acme(1000, 5000, 10, 10);
         assert_eq!(share.claim_storage(1), Err(5001));
         share.release_storage(4500);
         share.claim_storage(500).unwrap();
@@ -137,7 +186,7 @@ mod tests {
 
     #[test]
     fn log_lines_pass_up_to_the_burst() {
-        let share = TenantShare::new("acme", 0, 0, 1, 4);
+        let share = acme(0, 0, 1, 4);
         let admitted = (0..100).filter(|_| share.admit_log_line()).count();
         assert!((4..=5).contains(&admitted), "{admitted}");
         share.return_log_line();

@@ -146,7 +146,7 @@ impl Watch {
         match &result {
             Err(CallError::Trap(_) | CallError::Memory(_)) => self.metrics.trap(),
             Err(CallError::Deadline(_) | CallError::Stalled { .. }) => self.metrics.deadline_hit(),
-            Ok(_) | Err(CallError::Sink(_)) => {}
+            Ok(_) | Err(CallError::Sink(_) | CallError::Refused(_)) => {}
         }
         result
     }
@@ -788,9 +788,63 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_given_up_on_holds_its_tenant_slot_until_its_thread_ends() {
+        let metrics = Metrics::new();
+        let bounds = crate::tenant::TenantBounds {
+            max_instances: 2,
+            ..Default::default()
+        };
+        let share = Arc::new(TenantShare::new("acme", bounds, 0));
+        let sleep_ms = 1500;
+        let sleep = sleep_ms.to_string();
+        let config = [("mode", "sleep-in-open"), ("sleep_ms", sleep.as_str())];
+        let stuck = |name| Sink {
+            config: &config,
+            limits: limits(64, 50),
+            tenant: Some(share.clone()),
+            ..sink("weir-fixture-stall", name)
+        };
+        let started = Instant::now();
+        for name in ["stuck-1", "stuck-2"] {
+            let refused = stuck(name).start(&metrics).err();
+            assert!(
+                matches!(refused, Some(CallError::Stalled { call: "open", .. })),
+                "{refused:?}"
+            );
+        }
+        // Both left-behind workers still hold their slots.
+        assert_eq!(share.instances.held(), 2);
+        let refused = stuck("third").start(&metrics).err();
+        let Some(CallError::Refused(message)) = refused else {
+            panic!("a third instance was not refused: {refused:?}");
+        };
+        assert_eq!(
+            message,
+            "no instance slot for sink `third` of tenant `acme`: 2 of 2 held already \
+             (tenants.acme.max_instances)"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(sleep_ms),
+            "inconclusive: the stuck workers may have woken before the third start"
+        );
+        // Woken, they end and give their slots back.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while share.instances.held() > 0 {
+            assert!(Instant::now() < deadline, "the slots never came back");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let again = Sink {
+            tenant: Some(share.clone()),
+            ..sink("weir-fixture-trap", "again")
+        }
+        .start(&metrics);
+        assert!(again.is_ok(), "{:?}", again.err());
+    }
+
+    #[test]
     fn the_sinks_of_a_tenant_share_its_quota_and_its_log_rate() {
         let metrics = Metrics::new();
-        let share = Arc::new(TenantShare::new("acme", 3 << 20, 0, 1, 20));
+        let share = Arc::new(crate::tenant::acme(3 << 20, 0, 1, 20));
         let puts = [("mode", "many-puts"), ("count", "2"), ("size_mb", "1")];
         let hoarder = |name| Sink {
             config: &puts,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use weir_pipeline::config::GrantsConfig;
+use weir_runtime::tenant::TenantBounds;
 
 /// The shortest token accepted: a short token is a guessable one.
 const MIN_TOKEN_CHARS: usize = 16;
@@ -98,6 +99,16 @@ pub struct TenantConfig {
     pub log_lines_per_second: u64,
     #[serde(default = "default_log_burst")]
     pub log_burst: u64,
+    /// The slots of the host's instance pool its sinks may hold together
+    /// (one per sink instance; a given-up instance still running counts
+    /// until it ends). The host sizes its pool to the tenants' shares.
+    #[serde(default = "default_max_instances")]
+    pub max_instances: usize,
+    /// The sockets and HTTP connections its sinks may hold together; no
+    /// sink's `limits.max_tcp_connections` or `max_concurrent_requests`
+    /// may be more.
+    #[serde(default = "default_max_sockets")]
+    pub max_sockets: usize,
     /// The most any of its sinks may be granted.
     #[serde(default)]
     pub grants: GrantsConfig,
@@ -149,6 +160,16 @@ fn default_log_lines_per_second() -> u64 {
 fn default_log_burst() -> u64 {
     400
 }
+fn default_max_instances() -> usize {
+    TenantBounds::default().max_instances
+}
+fn default_max_sockets() -> usize {
+    TenantBounds::default().max_sockets
+}
+
+/// The most `max_instances` one tenant may be given: the host reserves
+/// address space for every slot of its pool.
+pub const MOST_INSTANCES_PER_TENANT: usize = 1024;
 
 impl HostConfig {
     pub fn load(path: &Path) -> Result<HostConfig, String> {
@@ -231,6 +252,19 @@ impl HostConfig {
                 return Err(format!(
                     "{field}: max_stored_mb and max_memory_mb must be at most {}",
                     1u64 << 30
+                ));
+            }
+            if !(1..=MOST_INSTANCES_PER_TENANT).contains(&tenant.max_instances) {
+                return Err(format!(
+                    "{field}.max_instances: {} is outside 1..={MOST_INSTANCES_PER_TENANT}",
+                    tenant.max_instances
+                ));
+            }
+            if !(1..=1 << 20).contains(&tenant.max_sockets) {
+                return Err(format!(
+                    "{field}.max_sockets: {} is outside 1..={}",
+                    tenant.max_sockets,
+                    1 << 20
                 ));
             }
             if tenant.log_lines_per_second == 0 || tenant.log_burst == 0 {

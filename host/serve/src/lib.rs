@@ -31,7 +31,7 @@ use supervisor::Context;
 use tenant::Tenant;
 
 use weir_metrics::Metrics;
-use weir_runtime::WasmEngine;
+use weir_runtime::{WasmEngine, engine};
 
 /// Runs the host file's tenants' pipelines and the admin API until SIGTERM
 /// (or Ctrl-C): then every pipeline stops at a commit boundary, and the
@@ -52,8 +52,17 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
         tenants.insert(name.clone(), Arc::new(Tenant::open(&host, name)?));
     }
     check_apart(&host, &tenants, &state_dir, &pipelines_dir)?;
-    let engine =
-        Arc::new(WasmEngine::new(&state_dir.join("component-cache")).map_err(|e| e.to_string())?);
+    // Every tenant's share of instance slots is there for it whatever the
+    // others hold: the pool is their sum, and the reserve no tenant takes.
+    let pool_slots = host
+        .tenants
+        .values()
+        .map(|tenant| tenant.max_instances)
+        .sum::<usize>()
+        + engine::RESERVED_POOL_SLOTS;
+    let cache_dir = weir_pipeline::config::component_cache_dir(&state_dir);
+    let engine = WasmEngine::with_pool_slots(&cache_dir, pool_slots).map_err(|e| e.to_string())?;
+    let engine = Arc::new(engine);
     let context = Context {
         engine,
         io: io.handle().clone(),

@@ -102,6 +102,25 @@ impl Tenant {
             sink.plugin = self
                 .plugin_path(&sink.plugin)
                 .map_err(|e| invalid(format!("{field}.plugin: {e}")))?;
+            // A sink's own bounds on what the host shares may not pass its
+            // tenant's: the tenant's count would refuse the rest anyway,
+            // but a file asking for more is said to be wrong where it is.
+            let most_sockets = self.config.max_sockets as u64;
+            for (key, asked) in [
+                ("max_tcp_connections", sink.limits.max_tcp_connections),
+                (
+                    "max_concurrent_requests",
+                    sink.limits.max_concurrent_requests,
+                ),
+            ] {
+                if asked > most_sockets {
+                    return Err(invalid(format!(
+                        "{field}.limits.{key}: {asked} is more than tenant `{}`'s max_sockets \
+                         of {most_sockets} (tenants.{}.max_sockets in the host file)",
+                        self.name, self.name
+                    )));
+                }
+            }
             let asked = sink
                 .grants
                 .parse()

@@ -10,6 +10,7 @@ use weir_contract::grants::Grants;
 
 use super::host_file::{HostConfig, TenantConfig};
 use weir_runtime::TenantShare;
+use weir_runtime::tenant::TenantBounds;
 
 pub struct Tenant {
     pub name: String,
@@ -50,13 +51,14 @@ impl Tenant {
             .map_err(|e| format!("{field}.sources.postgres: {e}"))?;
         let stored_now = weir_runtime::capability::blob_walk::stored_bytes(&root)
             .map_err(|e| format!("{field}.root: cannot measure {}: {e}", root.display()))?;
-        let share = Arc::new(TenantShare::new(
-            name,
-            config.max_stored_mb.saturating_mul(1 << 20),
-            stored_now,
-            config.log_lines_per_second,
-            config.log_burst,
-        ));
+        let bounds = TenantBounds {
+            max_stored_bytes: config.max_stored_mb.saturating_mul(1 << 20),
+            log_lines_per_second: config.log_lines_per_second,
+            log_burst: config.log_burst,
+            max_instances: config.max_instances,
+            max_sockets: config.max_sockets,
+        };
+        let share = Arc::new(TenantShare::new(name, bounds, stored_now));
         Ok(Tenant {
             name: name.to_string(),
             token_digest: digest(&token),

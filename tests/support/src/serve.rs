@@ -50,6 +50,8 @@ pub struct Tenant {
     log_burst: u64,
     http: Vec<String>,
     tcp: Vec<String>,
+    max_instances: Option<usize>,
+    max_sockets: Option<usize>,
 }
 
 impl Tenant {
@@ -65,7 +67,23 @@ impl Tenant {
             log_burst: 2000,
             http: Vec::new(),
             tcp: Vec::new(),
+            max_instances: None,
+            max_sockets: None,
         }
+    }
+
+    /// The slots of the host's instance pool its sinks may hold together
+    /// (the host's default when not set).
+    pub fn max_instances(mut self, slots: usize) -> Self {
+        self.max_instances = Some(slots);
+        self
+    }
+
+    /// The sockets and HTTP connections its sinks may hold together (the
+    /// host's default when not set).
+    pub fn max_sockets(mut self, sockets: usize) -> Self {
+        self.max_sockets = Some(sockets);
+        self
     }
 
     /// The most pipelines the tenant may have.
@@ -155,6 +173,10 @@ struct TenantEntry {
     max_stored_mb: u64,
     log_lines_per_second: u64,
     log_burst: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_instances: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_sockets: Option<usize>,
     grants: Grants,
 }
 
@@ -235,6 +257,8 @@ impl ServeHostBuilder {
                     max_stored_mb: tenant.max_stored_mb,
                     log_lines_per_second: tenant.log_lines_per_second,
                     log_burst: tenant.log_burst,
+                    max_instances: tenant.max_instances,
+                    max_sockets: tenant.max_sockets,
                     grants: Grants {
                         http: tenant.http.clone(),
                         tcp: tenant.tcp.clone(),

@@ -6,4 +6,5 @@ mod common;
 
 mod hot_swap;
 mod ops;
+mod shared_resources;
 mod tenants;

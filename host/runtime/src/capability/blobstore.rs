@@ -825,7 +825,7 @@ mod tests {
         let tenant_root = dir.path().join("acme");
         std::fs::create_dir_all(tenant_root.join("orders")).unwrap();
         std::fs::write(tenant_root.join("orders/old"), vec![1; 100]).unwrap();
-        let share = Arc::new(TenantShare::new("acme", 1000, 100, 10, 10));
+        let share = Arc::new(crate::tenant::acme(1000, 100, 10, 10));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()

@@ -17,7 +17,11 @@ impl Capability for Log {
     type State = SinkLog;
 
     fn instance_state(grants: &Grants) -> SinkLog {
-        SinkLog::new(&grants.sink_name, grants.log)
+        let mut log = SinkLog::new(&grants.sink_name, grants.log);
+        if let Some(tenant) = &grants.tenant {
+            log.share_with(tenant.clone());
+        }
+        log
     }
 }
 
@@ -278,7 +282,7 @@ mod tests {
             lines_per_second: 1,
             burst: 100,
         };
-        let tenant = Arc::new(TenantShare::new("acme", 0, 0, 1, 8));
+        let tenant = Arc::new(crate::tenant::acme(0, 0, 1, 8));
         let mut first = SinkLog::new("first", roomy);
         first.share_with(tenant.clone());
         let mut second = SinkLog::new("second", roomy);
@@ -313,7 +317,7 @@ mod tests {
             lines_per_second: 1,
             burst: 2,
         };
-        let tenant = Arc::new(TenantShare::new("acme", 0, 0, 1, 10));
+        let tenant = Arc::new(crate::tenant::acme(0, 0, 1, 10));
         let mut log = SinkLog::new("s", tight);
         log.share_with(tenant.clone());
         let admitted = (0..20).filter(|_| log.admit()).count();

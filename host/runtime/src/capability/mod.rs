@@ -33,6 +33,8 @@ use blobstore::{BlobScope, Blobstore};
 use log::{Log, LogLimits};
 use network::{Network, NetworkGrants, SinkNetwork};
 
+use crate::tenant::TenantShare;
+
 /// One host capability a sink may import.
 pub trait Capability {
     /// The imports it provides.
@@ -180,6 +182,9 @@ pub struct Grants {
     pub log: LogLimits,
     /// The hosts and ports it may reach, and how.
     pub network: SinkNetwork,
+    /// The tenant whose shares (log rate, sockets) it draws on with the
+    /// tenant's other sinks, under `weir serve`.
+    pub tenant: Option<Arc<TenantShare>>,
 }
 
 /// The per-instance state of every capability.

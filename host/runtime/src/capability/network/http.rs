@@ -17,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::SinkNetwork;
+use super::{SharedSockets, SinkNetwork};
 
 type Sent = Result<
     (
@@ -31,14 +31,18 @@ type Sent = Result<
 pub struct HttpGate {
     network: SinkNetwork,
     in_flight: Arc<Semaphore>,
+    /// Each connection also counts against these (its tenant's sockets,
+    /// the host's descriptors) while it is open.
+    shared: SharedSockets,
 }
 
 impl HttpGate {
-    pub fn new(network: SinkNetwork) -> Self {
+    pub fn new(network: SinkNetwork, shared: SharedSockets) -> Self {
         let permits = network.limits.max_concurrent_requests;
         HttpGate {
             network,
             in_flight: Arc::new(Semaphore::new(permits)),
+            shared,
         }
     }
 }
@@ -52,8 +56,9 @@ impl WasiHttpHooks for HttpGate {
     ) -> Box<dyn Future<Output = Sent> + Send> {
         let network = self.network.clone();
         let in_flight = self.in_flight.clone();
+        let shared = self.shared.clone();
         Box::new(async move {
-            let response = send(&network, &in_flight, request, options).await?;
+            let response = send(&network, &in_flight, &shared, request, options).await?;
             // `send` gives the connection a task of its own, so the caller
             // has nothing left to drive.
             let io: Box<dyn Future<Output = Result<(), Error>> + Send> = Box::new(async { Ok(()) });
@@ -70,6 +75,7 @@ fn bounded(asked: Option<Duration>, limit: Duration) -> Duration {
 async fn send(
     network: &SinkNetwork,
     in_flight: &Arc<Semaphore>,
+    shared: &SharedSockets,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
 ) -> Result<http::Response<WasiBody>, Error> {
@@ -100,6 +106,9 @@ async fn send(
             Error::ConnectionLimitReached,
         )
     })?;
+    let descriptor = shared
+        .take()
+        .map_err(|full| refuse(&full, Error::ConnectionLimitReached))?;
     let https = scheme.eq_ignore_ascii_case("https");
     let port_number = port.unwrap_or(if https { 443 } else { 80 });
     let connect_timeout = bounded(
@@ -180,8 +189,9 @@ async fn send(
     .map_err(|_| Error::ConnectionTimeout)?
     .map_err(Error::Hyper)?;
     // The connection is driven on its own until the response body is done
-    // or dropped.
+    // or dropped, and counted as a descriptor until then.
     tokio::spawn(async move {
+        let _descriptor = descriptor;
         let _ = connection.await;
     });
 

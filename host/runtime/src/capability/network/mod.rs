@@ -38,6 +38,8 @@ pub use weir_contract::grants::Grants as NetworkGrants;
 use self::http::HttpGate;
 use self::tcp::HasNetwork;
 use super::{Capability, Grants, Import, ImportGrants, Provides};
+use crate::budget::{self, Budget, Claim, Exhausted};
+use crate::tenant::TenantShare;
 
 /// The package a plugin imports to send HTTP requests.
 const HTTP_PACKAGE: &str = "wasi:http";
@@ -81,11 +83,15 @@ impl Capability for Network {
     type State = InstanceNetwork;
 
     fn instance_state(grants: &Grants) -> InstanceNetwork {
+        let shared = SharedSockets::of(grants.tenant.as_deref());
         InstanceNetwork {
             granted: grants.network.clone(),
             http: WasiHttpCtx::new(),
-            http_gate: HttpGate::new(grants.network.clone()),
-            tcp_sockets: 0,
+            http_gate: HttpGate::new(grants.network.clone(), shared.clone()),
+            tcp_sockets: TcpSockets {
+                held: Vec::new(),
+                shared,
+            },
         }
     }
 
@@ -141,9 +147,10 @@ pub fn add_to_linker<T: WasiHttpView + HasNetwork>(linker: &mut Linker<T>) -> wa
 pub fn configure_sockets(wasi: &mut WasiCtxBuilder, network: &SinkNetwork) {
     let tcp_granted = !network.grants.tcp.is_empty();
     wasi.allow_tcp(tcp_granted)
-        // UDP is never granted; it is let through to the address check
-        // only so that a refusal is logged with the sink and target.
-        .allow_udp(tcp_granted)
+        // UDP is never granted: a UDP socket is refused when it is made,
+        // before it takes a descriptor (the host's `create-udp-socket`
+        // logs the refusal, see `tcp`).
+        .allow_udp(false)
         // Name lookup is the host's own (see `tcp`), which answers only
         // granted names.
         .allow_ip_name_lookup(false)
@@ -156,7 +163,56 @@ pub struct InstanceNetwork {
     granted: SinkNetwork,
     http: WasiHttpCtx,
     http_gate: HttpGate,
-    tcp_sockets: usize,
+    tcp_sockets: TcpSockets,
+}
+
+/// The budgets each socket and HTTP connection of a sink counts against
+/// beside the sink's own limit: its tenant's `max_sockets`, under `weir
+/// serve`, and the descriptors the host lets all plugins hold.
+#[derive(Clone)]
+pub struct SharedSockets {
+    budgets: Vec<Arc<Budget>>,
+}
+
+impl SharedSockets {
+    pub fn of(tenant: Option<&TenantShare>) -> SharedSockets {
+        let mut budgets = vec![budget::plugin_descriptors().clone()];
+        if let Some(tenant) = tenant {
+            budgets.insert(0, tenant.sockets.clone());
+        }
+        SharedSockets { budgets }
+    }
+
+    /// One socket's place in every budget, given back when dropped.
+    pub fn take(&self) -> Result<Claim, Exhausted> {
+        Claim::take(self.budgets.iter().map(|budget| (budget, 1)))
+    }
+}
+
+/// The TCP sockets one instance holds: one claim on the shared budgets
+/// each. Its sockets close with its store, and so do the claims: dropped
+/// with the instance however it ended.
+pub struct TcpSockets {
+    held: Vec<Claim>,
+    shared: SharedSockets,
+}
+
+impl TcpSockets {
+    /// How many it holds.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Counts one more, if the shared budgets have room for it.
+    pub fn take(&mut self) -> Result<(), Exhausted> {
+        self.held.push(self.shared.take()?);
+        Ok(())
+    }
+
+    /// Counts one out: the guest dropped a socket.
+    pub fn give_back(&mut self) {
+        self.held.pop();
+    }
 }
 
 impl InstanceNetwork {
@@ -176,7 +232,7 @@ impl InstanceNetwork {
     }
 
     /// The TCP sockets the instance holds now.
-    pub fn tcp_sockets(&mut self) -> &mut usize {
+    pub fn tcp_sockets(&mut self) -> &mut TcpSockets {
         &mut self.tcp_sockets
     }
 }
@@ -194,7 +250,7 @@ pub struct NetworkLimits {
     pub max_response_bytes: u64,
     /// Requests in flight at once.
     pub max_concurrent_requests: usize,
-    /// TCP sockets open at once.
+    /// TCP sockets open at once, connected or not.
     pub max_tcp_connections: usize,
 }
 

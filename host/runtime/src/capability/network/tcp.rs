@@ -16,12 +16,12 @@ use wasmtime::component::{Linker, Resource, ResourceTable, ResourceType};
 use wasmtime_wasi::WasiView;
 use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, IpAddress, IpAddressFamily};
 use wasmtime_wasi::p2::bindings::sockets::tcp_create_socket::Host as _;
-use wasmtime_wasi::p2::{Network, TcpSocket};
+use wasmtime_wasi::p2::{Network, TcpSocket, UdpSocket};
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::sockets::WasiSocketsView as _;
 use wasmtime_wasi_io::poll::{DynPollable, Pollable, subscribe};
 
-use super::SinkNetwork;
+use super::{SinkNetwork, TcpSockets};
 
 /// The interfaces whose lookup and socket creation the host replaces, in
 /// the version wasmtime links (older guest versions resolve to them by
@@ -29,6 +29,7 @@ use super::SinkNetwork;
 const NAME_LOOKUP: &str = "wasi:sockets/ip-name-lookup@0.2.12";
 const CREATE_SOCKET: &str = "wasi:sockets/tcp-create-socket@0.2.12";
 const TCP: &str = "wasi:sockets/tcp@0.2.12";
+const CREATE_UDP_SOCKET: &str = "wasi:sockets/udp-create-socket@0.2.12";
 
 /// The store data the replaced functions need: the sink's network, the
 /// instance's resource table, and how many TCP sockets it holds. A trait of
@@ -36,7 +37,7 @@ const TCP: &str = "wasi:sockets/tcp@0.2.12";
 /// because they need the table and the network's state at once.
 pub trait HasNetwork: WasiView + Send + 'static {
     fn network(&mut self) -> (&SinkNetwork, &mut ResourceTable);
-    fn tcp_sockets(&mut self) -> &mut usize;
+    fn tcp_sockets(&mut self) -> &mut TcpSockets;
 }
 
 type Check = Pin<Box<dyn Future<Output = bool> + Send + Sync>>;
@@ -87,31 +88,45 @@ impl Pollable for GrantedLookup {
 }
 
 /// Replaces `wasi:sockets/ip-name-lookup` in `linker` with the host's
-/// granted lookup, and TCP socket creation with one that counts the
-/// instance's sockets against `limits.max_tcp_connections`.
+/// granted lookup, TCP socket creation with one that counts the instance's
+/// sockets, connected or not, against `limits.max_tcp_connections`, its
+/// tenant's `max_sockets` and the host's descriptors (before the socket
+/// takes a descriptor), and UDP socket creation with a refusal.
 pub fn add_name_lookup_to_linker<T: HasNetwork>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     linker.instance(CREATE_SOCKET)?.func_wrap(
         "create-tcp-socket",
         |mut store, (family,): (IpAddressFamily,)| {
             let state = store.data_mut();
-            let held = *state.tcp_sockets();
+            let held = state.tcp_sockets().held();
             let (network, _) = state.network();
-            let most = network.limits.max_tcp_connections;
+            let (sink, most) = (network.sink.clone(), network.limits.max_tcp_connections);
             if held >= most {
                 tracing::warn!(
-                    sink = %network.sink,
+                    %sink,
                     "TCP socket refused: {held} already open (limits.max_tcp_connections = {most})"
                 );
                 return Ok((Err(ErrorCode::NewSocketLimit),));
             }
-            match state.sockets().create_tcp_socket(family) {
-                Ok(socket) => {
-                    *state.tcp_sockets() += 1;
-                    Ok((Ok(socket),))
-                }
-                Err(error) => Ok((Err(error.downcast()?),)),
+            if let Err(full) = state.tcp_sockets().take() {
+                tracing::warn!(%sink, "TCP socket refused: {full}");
+                return Ok((Err(ErrorCode::NewSocketLimit),));
             }
+            match state.sockets().create_tcp_socket(family) {
+                Ok(socket) => Ok((Ok(socket),)),
+                Err(error) => {
+                    state.tcp_sockets().give_back();
+                    Ok((Err(error.downcast()?),))
+                }
+            }
+        },
+    )?;
+    linker.instance(CREATE_UDP_SOCKET)?.func_wrap(
+        "create-udp-socket",
+        |mut store, (_family,): (IpAddressFamily,)| {
+            let (network, _) = store.data_mut().network();
+            tracing::warn!(sink = %network.sink, "UDP socket refused: sinks may not use UDP");
+            Ok((Err::<Resource<UdpSocket>, _>(ErrorCode::AccessDenied),))
         },
     )?;
     // The same resource, with a destructor that also counts it out.
@@ -122,8 +137,7 @@ pub fn add_name_lookup_to_linker<T: HasNetwork>(linker: &mut Linker<T>) -> wasmt
             let state = store.data_mut();
             let (_, table) = state.network();
             table.delete(Resource::<TcpSocket>::new_own(rep))?;
-            let held = state.tcp_sockets();
-            *held = held.saturating_sub(1);
+            state.tcp_sockets().give_back();
             Ok(())
         },
     )?;
