@@ -2,8 +2,9 @@
 //! bounds, and what it shares between its pipelines. What a tenant may run
 //! is decided in [`policy`](crate::policy).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest, Sha256};
 use weir_contract::grants::Grants;
@@ -26,6 +27,9 @@ pub struct Tenant {
     /// The servers its pipelines' sources may read (as TCP grants).
     pub sources: Grants,
     pub share: Arc<TenantShare>,
+    /// Uploads under way, by digest (with how many of each): pruning keeps
+    /// them. Held while an upload is written and while uploads are pruned.
+    uploads: Mutex<BTreeMap<String, usize>>,
 }
 
 impl Tenant {
@@ -50,10 +54,22 @@ impl Tenant {
             .map_err(|e| format!("{field}.sources.postgres: {e}"))?;
         let stored_now = weir_runtime::capability::blob_walk::stored_bytes(&root)
             .map_err(|e| format!("{field}.root: cannot measure {}: {e}", root.display()))?;
+        // Its uploaded plugins count against the same quota.
+        let uploads = state_dir.join("plugins");
+        let uploaded_now = if uploads.exists() {
+            weir_runtime::capability::blob_walk::stored_bytes(&uploads).map_err(|e| {
+                format!(
+                    "{field}: cannot measure its uploads in {}: {e}",
+                    uploads.display()
+                )
+            })?
+        } else {
+            0
+        };
         let share = Arc::new(TenantShare::new(
             name,
             config.max_stored_mb.saturating_mul(1 << 20),
-            stored_now,
+            stored_now.saturating_add(uploaded_now),
             config.log_lines_per_second,
             config.log_burst,
         ));
@@ -67,6 +83,7 @@ impl Tenant {
             grants,
             sources,
             share,
+            uploads: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -77,6 +94,11 @@ impl Tenant {
     /// Where uploaded plugins of the tenant are kept, by digest.
     pub fn uploads_dir(&self) -> PathBuf {
         self.state_dir.join("plugins")
+    }
+
+    /// The uploads under way; hold it while writing or pruning uploads.
+    pub fn uploads(&self) -> MutexGuard<'_, BTreeMap<String, usize>> {
+        self.uploads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
