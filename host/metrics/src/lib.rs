@@ -221,6 +221,21 @@ impl Metrics {
         page
     }
 
+    /// The page [`render`](Self::render) writes, with only the series of
+    /// `tenant`: what a tenant's token may read of a host others share.
+    pub fn render_for_tenant(&self, tenant: &str) -> String {
+        let page = self.render();
+        let mut own = String::with_capacity(page.len());
+        for line in page.lines() {
+            let keep = line.starts_with('#') || label_value(line, "tenant") == Some(tenant.into());
+            if keep {
+                own.push_str(line);
+                own.push('\n');
+            }
+        }
+        own
+    }
+
     /// The handle of one pipeline of one tenant (`weir run` passes tenant "").
     pub fn pipeline(self: &Arc<Self>, tenant: &str, pipeline: &str) -> PipelineMetrics {
         let labels = PipelineLabels {
@@ -244,6 +259,34 @@ impl Metrics {
             restarts: f.pipeline_restarts.get_or_create_owned(&labels),
             states: Arc::new(states),
             labels,
+        }
+    }
+}
+
+/// The value of label `name` of a sample line (`metric{a="x",b="y"} 1`),
+/// unescaped; `None` when the line has no such label.
+fn label_value(line: &str, name: &str) -> Option<String> {
+    let (_, mut rest) = line.split_once('{')?;
+    loop {
+        let (label, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                (i, '"') => break i,
+                (_, c) => value.push(c),
+            }
+        };
+        if label.trim_start_matches(',') == name {
+            return Some(value);
+        }
+        rest = &after[end + 1..];
+        if !rest.starts_with(',') {
+            return None;
         }
     }
 }
@@ -453,6 +496,25 @@ impl SinkMetrics {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tenant_page_holds_only_its_own_series() {
+        let metrics = Metrics::new();
+        metrics.pipeline("a", "orders").restarted();
+        // A table name made to look like another tenant's label.
+        metrics
+            .pipeline("b", "secret-pipeline")
+            .rows_in("x\",tenant=\"a", 1);
+        let page = metrics.render_for_tenant("a");
+        assert!(page.contains("pipeline=\"orders\""), "{page}");
+        assert!(!page.contains("secret-pipeline"), "{page}");
+        assert!(page.ends_with("# EOF\n"), "{page}");
+        assert!(metrics.render().contains("secret-pipeline"));
+        assert_eq!(
+            super::label_value(r#"m{a="x\"y",tenant="b"} 1"#, "tenant").as_deref(),
+            Some("b")
+        );
+    }
+
     use super::*;
 
     /// The sample lines of `page` for metric `name` (exactly, or with a

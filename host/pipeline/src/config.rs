@@ -643,9 +643,16 @@ pub fn component_cache_dir(state_dir: &Path) -> PathBuf {
 /// The environment variable naming a component cache shared by pipelines.
 pub const COMPONENT_CACHE_VAR: &str = "WEIR_COMPONENT_CACHE";
 
+/// The one rule for tenant, pipeline and sink names, wherever they come
+/// from (a host file, a pipeline file, the watched folder, the admin API's
+/// path); `field` says which name and where, for the error.
 pub fn check_name(field: &str, name: &str) -> Result<(), String> {
+    // A name becomes a folder (a tenant's, a pipeline's state) and a file
+    // name in the watched folder: `.` and `..` would name the folder above,
+    // and a leading `.` a file the watcher skips as hidden.
     let ok = !name.is_empty()
-        && name.len() <= 128
+        && name.len() <= MAX_NAME_CHARS
+        && !name.starts_with('.')
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -653,10 +660,15 @@ pub fn check_name(field: &str, name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{field}: `{name}` must be 1-128 characters of letters, digits, `-`, `_` or `.`"
+            "{field}: `{}` must be 1-{MAX_NAME_CHARS} characters of letters, digits, `-`, `_` or \
+             `.`, not starting with `.`",
+            name.escape_debug()
         ))
     }
 }
+
+/// The longest tenant, pipeline or sink name.
+pub const MAX_NAME_CHARS: usize = 128;
 
 /// Replaces `${VAR}` and `${VAR:-default}`; `$${` stays a literal `${`.
 pub fn interpolate(text: &str, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
@@ -702,6 +714,28 @@ pub fn interpolate(text: &str, env: &impl Fn(&str) -> Option<String>) -> Result<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn names_that_would_lead_out_of_a_folder_are_refused() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "a\\b",
+            "a\nb",
+            "a\0",
+            "é",
+            &"x".repeat(129),
+        ] {
+            let error = super::check_name("pipeline name", bad).unwrap_err();
+            assert!(error.starts_with("pipeline name: `"), "{error}");
+        }
+        for good in ["orders", "a.b", "a..b", "A-1_x", &"x".repeat(128)] {
+            super::check_name("pipeline name", good).unwrap();
+        }
+    }
+
     use super::*;
 
     const GOOD: &str = r#"

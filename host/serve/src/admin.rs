@@ -2,14 +2,16 @@
 //! pipelines a token reaches. Every handler that waits (a swap waits for a
 //! commit boundary, a delete for the run to end) runs on a blocking thread.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, get, post, put};
 use serde::Deserialize;
 
 use super::api::{
@@ -17,35 +19,99 @@ use super::api::{
     Steered,
 };
 use super::policy::Refusal;
-use super::server::{Caller, Origin, Server};
+use super::server::{Caller, MAX_PIPELINE_FILE, Origin, Server};
 use super::supervisor::State as PipelineState;
 
-/// The largest body taken: a plugin upload.
-const MAX_BODY: usize = 256 << 20;
-/// The largest pipeline file taken.
-const MAX_PIPELINE_FILE: usize = 1 << 20;
+/// The largest body of a route that takes none worth speaking of (the
+/// steering verbs, a rollback).
+const MAX_SMALL_BODY: usize = 64 << 10;
 
+/// The routes. Every route under `/v1` takes a token, checked from the
+/// headers before any of the body is read; every route refuses a body
+/// declared larger than its bound before reading it, and stops reading
+/// one that grows past it.
 pub fn router(server: Arc<Server>) -> Router {
-    Router::new()
-        .route("/health", get(health))
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
-        .route("/v1/pipelines", get(list))
+    let max_plugin = server.host.admin.max_plugin_bytes();
+    let authenticated = Router::new()
+        .route("/v1/pipelines", bounded(get(list), MAX_SMALL_BODY))
         .route(
             "/v1/pipelines/{tenant}/{pipeline}",
-            put(apply).get(status).delete(delete),
+            bounded(put(apply).get(status).delete(delete), MAX_PIPELINE_FILE),
         )
-        .route("/v1/pipelines/{tenant}/{pipeline}/{verb}", post(steer))
+        .route(
+            "/v1/pipelines/{tenant}/{pipeline}/{verb}",
+            bounded(post(steer), MAX_SMALL_BODY),
+        )
         .route(
             "/v1/pipelines/{tenant}/{pipeline}/sinks/{sink}/plugin",
-            put(replace),
+            bounded(put(replace), max_plugin),
         )
         .route(
             "/v1/pipelines/{tenant}/{pipeline}/sinks/{sink}/rollback",
-            post(rollback),
+            bounded(post(rollback), MAX_SMALL_BODY),
         )
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .route_layer(from_fn_with_state(server.clone(), authenticate));
+    Router::new()
+        .route("/health", bounded(get(health), MAX_SMALL_BODY))
+        .route("/ready", bounded(get(ready), MAX_SMALL_BODY))
+        .route("/metrics", bounded(get(metrics), MAX_SMALL_BODY))
+        .merge(authenticated)
         .with_state(server)
+}
+
+/// `route` with its body bounded to `max` bytes: a larger declared length
+/// is answered 413 before the body is read, a body that grows past it is
+/// not read further.
+fn bounded(route: MethodRouter<Arc<Server>>, max: usize) -> MethodRouter<Arc<Server>> {
+    route
+        .layer::<_, Infallible>(from_fn_with_state(max, refuse_declared_over))
+        .layer(DefaultBodyLimit::max(max))
+}
+
+async fn refuse_declared_over(State(max): State<usize>, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(declared) = declared
+        && declared > max as u64
+    {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "{} {}: the body is declared {declared} bytes, over this route's bound of {}",
+                request.method(),
+                request.uri().path(),
+                size(max)
+            ),
+        );
+    }
+    next.run(request).await
+}
+
+fn size(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
+/// Finds the caller from the headers alone and hands it to the handler; a
+/// request without a known token is answered 401 before its body is read.
+async fn authenticate(
+    State(server): State<Arc<Server>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match caller(&server, request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(refused) => refused.into_response(),
+    }
 }
 
 type Answer = Result<Response, Failure>;
@@ -170,19 +236,29 @@ async fn ready(State(server): State<Arc<Server>>) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-async fn metrics(State(server): State<Arc<Server>>) -> Response {
-    (
+/// Every series for the operator's token (or anyone, with
+/// `admin.open_metrics`), a tenant's own series for its token: the names
+/// of pipelines, sinks and tables are the tenant's business.
+async fn metrics(State(server): State<Arc<Server>>, headers: HeaderMap) -> Answer {
+    let page = if server.host.admin.open_metrics {
+        server.metrics.render()
+    } else {
+        match caller(&server, &headers)? {
+            Caller::Operator => server.metrics.render(),
+            Caller::Tenant(tenant) => server.metrics.render_for_tenant(&tenant),
+        }
+    };
+    Ok((
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        server.metrics.render(),
+        page,
     )
-        .into_response()
+        .into_response())
 }
 
-async fn list(State(server): State<Arc<Server>>, headers: HeaderMap) -> Answer {
-    let caller = caller(&server, &headers)?;
+async fn list(State(server): State<Arc<Server>>, Extension(caller): Extension<Caller>) -> Answer {
     Ok(ok(PipelineList {
         pipelines: server.list(&caller),
     }))
@@ -191,17 +267,9 @@ async fn list(State(server): State<Arc<Server>>, headers: HeaderMap) -> Answer {
 async fn apply(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline)): Path<(String, String)>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: Bytes,
 ) -> Answer {
-    let caller = caller(&server, &headers)?;
-    if body.len() > MAX_PIPELINE_FILE {
-        return Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("a pipeline file is at most {} KiB", MAX_PIPELINE_FILE >> 10),
-        )
-        .into());
-    }
     let text = String::from_utf8(body.to_vec())
         .map_err(|_| error(StatusCode::BAD_REQUEST, "the pipeline file is not UTF-8"))?;
     let changed = blocking(move || server.apply(&caller, &tenant, &pipeline, &text, Origin::Api))
@@ -213,9 +281,8 @@ async fn apply(
 async fn status(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline)): Path<(String, String)>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
 ) -> Answer {
-    let caller = caller(&server, &headers)?;
     let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
     let (state, reason) = slot.state();
     let file = slot
@@ -243,9 +310,8 @@ async fn status(
 async fn delete(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline)): Path<(String, String)>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
 ) -> Answer {
-    let caller = caller(&server, &headers)?;
     blocking(move || server.delete(&caller, &tenant, &pipeline, Origin::Api))
         .await?
         .map_err(refusal)?;
@@ -255,9 +321,8 @@ async fn delete(
 async fn steer(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline, verb)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
 ) -> Answer {
-    let caller = caller(&server, &headers)?;
     let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
     let done = match verb.as_str() {
         "pause" => slot.pause(),
@@ -297,10 +362,9 @@ async fn replace(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline, sink)): Path<(String, String, String)>,
     Query(pin): Query<Pin>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: Bytes,
 ) -> Answer {
-    let caller = caller(&server, &headers)?;
     let swapped = blocking(move || {
         server.replace(
             &caller,
@@ -319,9 +383,8 @@ async fn replace(
 async fn rollback(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline, sink)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
 ) -> Answer {
-    let caller = caller(&server, &headers)?;
     let swapped = blocking(move || server.rollback(&caller, &tenant, &pipeline, &sink))
         .await?
         .map_err(refusal)?;

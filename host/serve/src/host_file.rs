@@ -35,6 +35,8 @@ pub struct HostConfig {
     pub operator_token_file: Option<PathBuf>,
     #[serde(default)]
     pub restart: RestartConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
     pub tenants: BTreeMap<String, TenantConfig>,
     /// The host file's folder; relative paths are resolved against it.
     #[serde(skip)]
@@ -75,6 +77,68 @@ impl RestartConfig {
             .saturating_mul(1 << doublings)
             .min(self.max_backoff_ms);
         Duration::from_millis(ms)
+    }
+}
+
+/// The admin API's bounds: what one client, or all of them, may hold of
+/// the host before it is cut off. Every field has a default; docs/serve.md
+/// lists them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// From the connection's start (or the end of its last answer) to the
+    /// end of a request's headers.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// From the end of a request's headers to the end of its body.
+    #[serde(default = "default_body_timeout_ms")]
+    pub body_timeout_ms: u64,
+    /// How long a connection may send and take nothing while no request of
+    /// it is being handled.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// Open connections, all clients together; one more is closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Open connections from one client address.
+    #[serde(default = "default_max_connections_per_client")]
+    pub max_connections_per_client: usize,
+    /// The largest plugin upload; a larger declared length is refused
+    /// before any of the body is read.
+    #[serde(default = "default_max_plugin_mb")]
+    pub max_plugin_mb: u64,
+    /// `/metrics` without a token (every tenant's series); by default it
+    /// takes the operator's token (every series) or a tenant's (its own).
+    #[serde(default)]
+    pub open_metrics: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            header_timeout_ms: default_header_timeout_ms(),
+            body_timeout_ms: default_body_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            max_connections: default_max_connections(),
+            max_connections_per_client: default_max_connections_per_client(),
+            max_plugin_mb: default_max_plugin_mb(),
+            open_metrics: false,
+        }
+    }
+}
+
+impl AdminConfig {
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
+    }
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_timeout_ms)
+    }
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+    pub fn max_plugin_bytes(&self) -> usize {
+        usize::try_from(self.max_plugin_mb << 20).unwrap_or(usize::MAX)
     }
 }
 
@@ -145,6 +209,27 @@ fn default_max_backoff_ms() -> u64 {
 fn default_max_failures() -> u32 {
     5
 }
+fn default_header_timeout_ms() -> u64 {
+    10_000
+}
+/// A 256 MiB upload at about 1 MB/s.
+fn default_body_timeout_ms() -> u64 {
+    300_000
+}
+fn default_idle_timeout_ms() -> u64 {
+    60_000
+}
+/// Well under the usual descriptor limit of 1024, which the host's own
+/// files, sockets and pipelines share.
+fn default_max_connections() -> usize {
+    512
+}
+fn default_max_connections_per_client() -> usize {
+    64
+}
+fn default_max_plugin_mb() -> u64 {
+    256
+}
 fn default_max_pipelines() -> usize {
     8
 }
@@ -211,6 +296,28 @@ impl HostConfig {
                 "restart: first_backoff_ms must be at least 1 and at most max_backoff_ms"
                     .to_string(),
             );
+        }
+        let admin = &self.admin;
+        for (key, ms) in [
+            ("header_timeout_ms", admin.header_timeout_ms),
+            ("body_timeout_ms", admin.body_timeout_ms),
+            ("idle_timeout_ms", admin.idle_timeout_ms),
+        ] {
+            if ms < 10 {
+                return Err(format!("admin.{key}: {ms} is below 10"));
+            }
+        }
+        if admin.max_connections == 0 || admin.max_connections_per_client == 0 {
+            return Err(
+                "admin: max_connections and max_connections_per_client must be at least 1"
+                    .to_string(),
+            );
+        }
+        if !(1..=4096).contains(&admin.max_plugin_mb) {
+            return Err(format!(
+                "admin.max_plugin_mb: {} is outside 1..=4096",
+                admin.max_plugin_mb
+            ));
         }
         if self.tenants.is_empty() {
             return Err("tenants: at least one tenant is needed".to_string());
@@ -335,6 +442,9 @@ mod tests {
     fn a_minimal_host_file_is_read_with_defaults() {
         let host = parse(MINIMAL).unwrap();
         assert_eq!(host.tenants["acme"].max_pipelines, 8);
+        assert_eq!(host.admin.max_connections, 512);
+        assert_eq!(host.admin.max_plugin_bytes(), 256 << 20);
+        assert!(!host.admin.open_metrics);
         assert_eq!(host.restart.backoff(1), Duration::from_secs(1));
         assert_eq!(host.restart.backoff(3), Duration::from_secs(4));
         assert_eq!(host.restart.backoff(30), Duration::from_secs(60));
@@ -352,6 +462,10 @@ mod tests {
         assert!(two.contains("operator_token_env"), "{two}");
         let bad_name = parse(&MINIMAL.replace("acme:", "a/b:")).unwrap_err();
         assert!(bad_name.contains("tenants.a/b"), "{bad_name}");
+        let dots = parse(&MINIMAL.replace("acme:", "'..':")).unwrap_err();
+        assert!(dots.contains("tenants..."), "{dots}");
+        let admin = parse(&format!("admin:\n  max_connections: 0\n{MINIMAL}")).unwrap_err();
+        assert!(admin.contains("admin: max_connections"), "{admin}");
         let grant = parse(&format!(
             "{MINIMAL}    grants:\n      http: [\"ftp://x\"]\n"
         ))

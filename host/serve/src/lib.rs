@@ -3,6 +3,7 @@
 //! pipeline files ([`watch`]), and plugins swapped at commit boundaries.
 //!
 //! [`api`] holds what the admin API sends, shared with `weir ctl`;
+//! [`connections`] bounds the API's clients in number and time;
 //! [`host_file`] reads the host file, [`tenant`] holds each tenant's
 //! folders and bounds, [`policy`] decides what a tenant may run (every
 //! admission and count check), [`supervisor`] runs one pipeline
@@ -11,6 +12,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod connections;
 pub mod host_file;
 pub mod policy;
 pub mod server;
@@ -77,11 +79,11 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
         .block_on(tokio::net::TcpListener::bind(listen))
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let router = admin::router(server.clone());
-    io.spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
-            tracing::error!("the admin API stopped: {e}");
-        }
-    });
+    io.spawn(connections::serve(
+        listener,
+        router,
+        server.host.admin.clone(),
+    ));
     tracing::info!(%listen, "weir serve: admin API listening");
 
     let stop_watching = Arc::new(AtomicBool::new(false));

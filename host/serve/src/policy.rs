@@ -41,7 +41,10 @@ impl Tenant {
     /// Reads a pipeline file of this tenant deployed as `name` and makes it
     /// safe to run: every error names `file` and the key.
     pub fn admit(&self, name: &str, text: &str, file: &Path) -> Result<PipelineConfig, String> {
-        weir_pipeline::config::check_name("pipeline name", name)?;
+        // Before the name reaches a path: `..` would put the state in the
+        // tenant's state root.
+        weir_pipeline::config::check_name("pipeline name", name)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
         // `${VAR}` reaches only the variables the host file gives the
         // tenant: the host's environment holds the tokens, and other
         // tenants' secrets.

@@ -23,6 +23,9 @@ use weir_pipeline::control::RUN_ENDED;
 use weir_pipeline::setup::SinkFactory;
 use weir_runtime::{Plugin, plugin};
 
+/// The largest pipeline file taken, through the API or the folder.
+pub const MAX_PIPELINE_FILE: usize = 1 << 20;
+
 /// How long a swap may wait for its pipeline's next commit boundary.
 const SWAP_WAIT: Duration = Duration::from_secs(120);
 
@@ -109,6 +112,24 @@ impl Server {
             .insert(file.to_path_buf(), why);
     }
 
+    /// Whether `file` is already noted as refused for `why`.
+    pub fn is_rejected(&self, file: &Path, why: &str) -> bool {
+        self.rejected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(file)
+            .is_some_and(|noted| noted == why)
+    }
+
+    pub fn rejected_files(&self) -> Vec<PathBuf> {
+        self.rejected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     pub fn forget_rejected(&self, file: &Path) {
         self.rejected
             .lock()
@@ -172,6 +193,13 @@ impl Server {
         origin: Origin,
     ) -> Result<bool, Refusal> {
         let tenant = self.tenant(caller, tenant_name)?;
+        if origin == Origin::Api {
+            // The name comes from the request's path: say so, before it
+            // names a file.
+            weir_pipeline::config::check_name("pipeline name", name).map_err(|e| {
+                Refusal::Invalid(format!("PUT /v1/pipelines/{tenant_name}/{{pipeline}}: {e}"))
+            })?;
+        }
         let file = tenant.pipelines_dir.join(format!("{name}.yaml"));
         let config = tenant.admit(name, text, &file).map_err(Refusal::Invalid)?;
         let definition = hex::encode(Sha256::digest(text.as_bytes()));
@@ -277,9 +305,114 @@ impl Server {
                 format!("the plugin's sha256 is {sha256}, not the {pin} it was pinned to"),
             ));
         }
-        let path = slot.tenant.uploads_dir().join(format!("{sha256}.wasm"));
-        write_atomically(&path, wasm).map_err(Refusal::Invalid)?;
-        self.swap_to(&slot, sink, path, sha256, "swapped")
+        let tenant = slot.tenant.clone();
+        let path = self.keep_upload(&tenant, &sha256, wasm)?;
+        let swapped = self.swap_to(&slot, sink, path, sha256.clone(), "swapped");
+        {
+            let mut uploads = tenant.uploads();
+            if let Some(count) = uploads.get_mut(&sha256) {
+                *count -= 1;
+                if *count == 0 {
+                    uploads.remove(&sha256);
+                }
+            }
+        }
+        // A refused upload goes (unless a sink runs it, or may roll back
+        // to it); a swap may have left a version no sink can roll back to.
+        self.prune_uploads(&tenant);
+        swapped
+    }
+
+    /// Writes an upload into the tenant's uploads, counted against its
+    /// storage quota, and notes it as under way (so pruning keeps it).
+    fn keep_upload(&self, tenant: &Tenant, sha256: &str, wasm: &[u8]) -> Result<PathBuf, Refusal> {
+        let path = tenant.uploads_dir().join(format!("{sha256}.wasm"));
+        let mut uploads = tenant.uploads();
+        // The same digest already kept is the same bytes: nothing to add.
+        let kept = std::fs::metadata(&path).is_ok_and(|m| m.len() == wasm.len() as u64);
+        if !kept {
+            let bytes = wasm.len() as u64;
+            if let Err(total) = tenant.share.claim_storage(bytes) {
+                return Err(Refusal::Conflict(format!(
+                    "the plugin ({}) would bring tenant `{}`'s stored bytes (its uploads and its \
+                     sinks' blob stores) to {}, over its quota of {} ({})",
+                    mib(bytes),
+                    tenant.name,
+                    mib(total),
+                    mib(tenant.share.max_stored_bytes),
+                    tenant.share.config_key("max_stored_mb")
+                )));
+            }
+            if let Err(e) = write_atomically(&path, wasm) {
+                tenant.share.release_storage(bytes);
+                return Err(Refusal::Conflict(e));
+            }
+        }
+        *uploads.entry(sha256.to_string()).or_default() += 1;
+        Ok(path)
+    }
+
+    /// Removes the tenant's uploads that no sink runs or may roll back to,
+    /// and that no upload under way uses, giving their bytes back to its
+    /// quota. A pipeline whose file is in the watched folder but that is
+    /// not loaded now (its file refused, say) keeps the versions it saved.
+    pub fn prune_uploads(&self, tenant: &Tenant) {
+        let uploads = tenant.uploads();
+        let mut kept: Vec<PathBuf> = Vec::new();
+        let mut keep = |version: &PluginVersion| {
+            kept.push(version.path.clone());
+            if let Some((previous, _)) = &version.previous {
+                kept.push(previous.clone());
+            }
+        };
+        let loaded: Vec<Arc<Slot>> = self
+            .slots()
+            .into_iter()
+            .filter(|s| s.tenant.name == tenant.name)
+            .collect();
+        for slot in &loaded {
+            slot.plugins().values().for_each(&mut keep);
+        }
+        let saved = std::fs::read_dir(tenant.state_dir.join("pipelines"))
+            .into_iter()
+            .flatten()
+            .flatten();
+        for pipeline in saved {
+            let name = pipeline.file_name().to_string_lossy().into_owned();
+            let deployed = tenant.pipelines_dir.join(format!("{name}.yaml")).exists()
+                || tenant.pipelines_dir.join(format!("{name}.yml")).exists();
+            if !deployed || loaded.iter().any(|s| s.name == name) {
+                continue;
+            }
+            let versions = std::fs::read(pipeline.path().join("plugins.json"))
+                .ok()
+                .and_then(|json| {
+                    serde_json::from_slice::<BTreeMap<String, PluginVersion>>(&json).ok()
+                });
+            versions.iter().flat_map(|v| v.values()).for_each(&mut keep);
+        }
+        let folder = tenant.uploads_dir();
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(sha256) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".wasm"))
+            else {
+                continue;
+            };
+            if kept.contains(&path) || uploads.contains_key(sha256) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_file() && std::fs::remove_file(&path).is_ok() {
+                tenant.share.release_storage(meta.len());
+                tracing::info!(tenant = %tenant.name, %sha256, "uploaded plugin removed: no sink runs it or may roll back to it");
+            }
+        }
     }
 
     /// Swaps `sink` back to the version it ran before.
@@ -299,7 +432,9 @@ impl Server {
                 "sink `{sink}` has no previous version to roll back to"
             )));
         };
-        self.swap_to(&slot, sink, path, sha256, "rolled_back")
+        let swapped = self.swap_to(&slot, sink, path, sha256, "rolled_back");
+        self.prune_uploads(&slot.tenant);
+        swapped
     }
 
     /// Swaps `sink` to the plugin file it names in the pipeline file, whose
@@ -311,7 +446,9 @@ impl Server {
         path: PathBuf,
         sha256: String,
     ) -> Result<Swapped, Refusal> {
-        self.swap_to(slot, sink, path, sha256, "swapped")
+        let swapped = self.swap_to(slot, sink, path, sha256, "swapped");
+        self.prune_uploads(&slot.tenant);
+        swapped
     }
 
     fn swap_to(
@@ -620,5 +757,13 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     ));
     std::fs::write(&temporary, bytes)
         .and_then(|()| std::fs::rename(&temporary, path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| {
+            // A half-written file is not left behind.
+            let _ = std::fs::remove_file(&temporary);
+            format!("cannot write {}: {e}", path.display())
+        })
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }

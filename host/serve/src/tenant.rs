@@ -2,8 +2,9 @@
 //! bounds, and what it shares between its pipelines. What a tenant may run
 //! is decided in [`policy`](crate::policy).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest, Sha256};
 use weir_contract::grants::Grants;
@@ -27,6 +28,9 @@ pub struct Tenant {
     /// The servers its pipelines' sources may read (as TCP grants).
     pub sources: Grants,
     pub share: Arc<TenantShare>,
+    /// Uploads under way, by digest (with how many of each): pruning keeps
+    /// them. Held while an upload is written and while uploads are pruned.
+    uploads: Mutex<BTreeMap<String, usize>>,
 }
 
 impl Tenant {
@@ -51,6 +55,18 @@ impl Tenant {
             .map_err(|e| format!("{field}.sources.postgres: {e}"))?;
         let stored_now = weir_runtime::capability::blob_walk::stored_bytes(&root)
             .map_err(|e| format!("{field}.root: cannot measure {}: {e}", root.display()))?;
+        // Its uploaded plugins count against the same quota.
+        let uploads = state_dir.join("plugins");
+        let uploaded_now = if uploads.exists() {
+            weir_runtime::capability::blob_walk::stored_bytes(&uploads).map_err(|e| {
+                format!(
+                    "{field}: cannot measure its uploads in {}: {e}",
+                    uploads.display()
+                )
+            })?
+        } else {
+            0
+        };
         let bounds = TenantBounds {
             max_stored_bytes: config.max_stored_mb.saturating_mul(1 << 20),
             log_lines_per_second: config.log_lines_per_second,
@@ -58,7 +74,11 @@ impl Tenant {
             max_instances: config.max_instances,
             max_sockets: config.max_sockets,
         };
-        let share = Arc::new(TenantShare::new(name, bounds, stored_now));
+        let share = Arc::new(TenantShare::new(
+            name,
+            bounds,
+            stored_now.saturating_add(uploaded_now),
+        ));
         Ok(Tenant {
             name: name.to_string(),
             token_digest: digest(&token),
@@ -69,6 +89,7 @@ impl Tenant {
             grants,
             sources,
             share,
+            uploads: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -79,6 +100,11 @@ impl Tenant {
     /// Where uploaded plugins of the tenant are kept, by digest.
     pub fn uploads_dir(&self) -> PathBuf {
         self.state_dir.join("plugins")
+    }
+
+    /// The uploads under way; hold it while writing or pruning uploads.
+    pub fn uploads(&self) -> MutexGuard<'_, BTreeMap<String, usize>> {
+        self.uploads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -3,7 +3,8 @@
 //! deletes it, and a plugin file that a sink names and that changed (and
 //! then stayed the same for one look) is swapped in at a commit boundary.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::server::{Caller, Origin, Server, file_digest};
+use super::server::{Caller, MAX_PIPELINE_FILE, Origin, Server, file_digest};
 
 /// What identifies a file's content without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,19 +58,41 @@ pub fn watch(server: Arc<Server>, interval: Duration, stop: Arc<AtomicBool>) {
 
 impl Watcher {
     fn look(&mut self, server: &Arc<Server>) {
-        let mut present = BTreeMap::new();
+        let mut present = BTreeSet::new();
         for (tenant_name, tenant) in &server.tenants {
-            let Ok(entries) = std::fs::read_dir(&tenant.pipelines_dir) else {
-                continue;
+            let files = match pipeline_files(&tenant.pipelines_dir) {
+                Ok(files) => files,
+                Err(e) => {
+                    // Not a deletion: a folder that cannot be read now (the
+                    // host out of descriptors, say) still holds its files.
+                    tracing::warn!(
+                        folder = %tenant.pipelines_dir.display(),
+                        "cannot read the pipelines folder; its pipelines are left as they are: {e}"
+                    );
+                    continue;
+                }
             };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                let Some(name) = pipeline_name(&path) else {
-                    continue;
-                };
-                present.insert(path.clone(), (tenant_name.clone(), name.clone()));
-                let Ok(text) = std::fs::read_to_string(&path) else {
-                    continue;
+            for (path, name) in files {
+                present.insert(path.clone());
+                let text = match read_pipeline_file(&path) {
+                    Ok(text) => text,
+                    Err(Unread::Refused(why)) => {
+                        // What runs stays (as when the API refuses a file);
+                        // the file counts as changed once it is fixed.
+                        if let Some(digest) = self.files.get_mut(&path) {
+                            digest.clear();
+                        }
+                        if !server.is_rejected(&path, &why) {
+                            tracing::error!(file = %path.display(), "pipeline file refused: {why}");
+                            server.reject(&path, why);
+                        }
+                        continue;
+                    }
+                    // Tried again at the next look; what runs stays.
+                    Err(Unread::Failed(e)) => {
+                        tracing::warn!(file = %path.display(), "cannot read the pipeline file: {e}");
+                        continue;
+                    }
                 };
                 let digest = hex::encode(Sha256::digest(text.as_bytes()));
                 if self.files.get(&path) == Some(&digest) {
@@ -86,10 +109,12 @@ impl Watcher {
                 }
             }
         }
+        // A file is gone only when it is confirmed absent: not when its
+        // folder could not be listed, nor when looking at it failed.
         let gone: Vec<PathBuf> = self
             .files
             .keys()
-            .filter(|f| !present.contains_key(*f))
+            .filter(|f| !present.contains(*f) && confirmed_absent(f))
             .cloned()
             .collect();
         for file in gone {
@@ -111,6 +136,12 @@ impl Watcher {
                 tracing::info!(file = %file.display(), "pipeline file removed: pipeline deleted");
             }
         }
+        // A refused file that was removed takes its refusal with it.
+        for file in server.rejected_files() {
+            if !present.contains(&file) && confirmed_absent(&file) {
+                server.forget_rejected(&file);
+            }
+        }
         self.look_at_plugins(server);
     }
 
@@ -126,8 +157,14 @@ impl Watcher {
                 );
                 alive.push(key.clone());
                 let now = stamp(&sink.plugin);
+                if now.is_none() && !confirmed_absent(&sink.plugin) {
+                    // Could not be looked at now: not a change.
+                    continue;
+                }
                 let Some(seen) = self.plugins.get_mut(&key) else {
-                    let sha256 = file_digest(&sink.plugin).unwrap_or_default();
+                    let Ok(sha256) = file_digest(&sink.plugin) else {
+                        continue;
+                    };
                     self.plugins.insert(
                         key,
                         SeenPlugin {
@@ -177,6 +214,57 @@ impl Watcher {
         }
         self.plugins.retain(|key, _| alive.contains(key));
     }
+}
+
+/// The pipeline files in `folder`, with their pipelines' names; an error
+/// when the folder, or any entry of it, cannot be read.
+fn pipeline_files(folder: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(folder)? {
+        let path = entry?.path();
+        if let Some(name) = pipeline_name(&path) {
+            files.push((path, name));
+        }
+    }
+    Ok(files)
+}
+
+/// True only when `path` is known not to exist.
+fn confirmed_absent(path: &Path) -> bool {
+    matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+enum Unread {
+    /// Over the bound the API also holds to (refused, not read), or not text.
+    Refused(String),
+    Failed(std::io::Error),
+}
+
+/// A pipeline file's text, read only up to the API's bound: a larger file
+/// is refused from its length, and one that grows while read is not read
+/// past the bound.
+fn read_pipeline_file(path: &Path) -> Result<String, Unread> {
+    let too_large = |len: u64| {
+        Unread::Refused(format!(
+            "{}: the file is {len} bytes, over the {} KiB a pipeline file may hold",
+            path.display(),
+            MAX_PIPELINE_FILE >> 10
+        ))
+    };
+    let file = std::fs::File::open(path).map_err(Unread::Failed)?;
+    let len = file.metadata().map_err(Unread::Failed)?.len();
+    if len > MAX_PIPELINE_FILE as u64 {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(MAX_PIPELINE_FILE as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(Unread::Failed)?;
+    if bytes.len() > MAX_PIPELINE_FILE {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| Unread::Refused(format!("{}: the file is not UTF-8", path.display())))
 }
 
 /// `orders` for `.../orders.yaml`; `None` for anything else (hidden files,

@@ -154,6 +154,8 @@ struct HostFile {
     shutdown_grace_ms: u64,
     operator_token_env: &'static str,
     restart: Restart,
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    admin: serde_json::Map<String, Value>,
     tenants: BTreeMap<String, TenantEntry>,
 }
 
@@ -194,6 +196,8 @@ pub struct ServeHostBuilder {
     shutdown_grace_ms: u64,
     restart: Restart,
     log_filter: String,
+    admin: serde_json::Map<String, Value>,
+    max_open_files: Option<u64>,
 }
 
 impl ServeHostBuilder {
@@ -228,6 +232,20 @@ impl ServeHostBuilder {
             max_backoff_ms,
             max_failures,
         };
+        self
+    }
+
+    /// Sets `admin.<key>` in the host file (the API's timeouts and caps;
+    /// docs/serve.md); unset keys keep the host's defaults.
+    pub fn admin(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.admin.insert(key.into(), value.into());
+        self
+    }
+
+    /// Starts the host with at most `descriptors` open files (its
+    /// RLIMIT_NOFILE), so a test can run it out of them.
+    pub fn max_open_files(mut self, descriptors: u64) -> Self {
+        self.max_open_files = Some(descriptors);
         self
     }
 
@@ -277,6 +295,7 @@ impl ServeHostBuilder {
             shutdown_grace_ms: self.shutdown_grace_ms,
             operator_token_env: OPERATOR_TOKEN_ENV,
             restart: self.restart,
+            admin: self.admin.clone(),
             tenants: entries,
         };
         let host_path = dir.path().join("host.yaml");
@@ -298,6 +317,9 @@ impl ServeHostBuilder {
             .stderr(err);
         for tenant in &self.tenants {
             command.env(tenant.token_env(), &tokens[&tenant.name]);
+        }
+        if let Some(descriptors) = self.max_open_files {
+            limit_open_files(&mut command, descriptors);
         }
         let child = command.spawn().expect("`weir serve` starts");
         let agent = ureq::Agent::config_builder()
@@ -379,6 +401,8 @@ impl ServeHost {
                 max_failures: 3,
             },
             log_filter: "info".into(),
+            admin: serde_json::Map::new(),
+            max_open_files: None,
         }
     }
 
@@ -532,7 +556,7 @@ impl ServeHost {
         self.send("POST", &path, Some(token), Some(&[]))
     }
 
-    /// An unauthenticated `GET` (`/health`, `/ready`, `/metrics`).
+    /// An unauthenticated `GET` (`/health`, `/ready`).
     pub fn get(&self, path: &str) -> Reply {
         self.send("GET", path, None, None)
     }
@@ -685,6 +709,26 @@ impl Drop for ServeHost {
         if std::thread::panicking() {
             eprintln!("{}", self.log_tail(120));
         }
+    }
+}
+
+/// Sets the child's RLIMIT_NOFILE (soft and hard) before it runs.
+fn limit_open_files(command: &mut Command, descriptors: u64) {
+    use std::os::unix::process::CommandExt as _;
+    let limit = libc::rlimit {
+        rlim_cur: descriptors as libc::rlim_t,
+        rlim_max: descriptors as libc::rlim_t,
+    };
+    // SAFETY: setrlimit(2) is async-signal-safe, the only kind of call
+    // allowed between fork and exec; `limit` is a plain value copied in.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
     }
 }
 

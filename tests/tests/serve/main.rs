@@ -1,9 +1,11 @@
 //! `weir serve`: tenants and their bounds, the admin API and `weir ctl`,
-//! the watched folder, metrics, and plugins swapped while pipelines run.
+//! the watched folder, metrics, plugins swapped while pipelines run, and
+//! the bounds a hostile client or tenant meets.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod hardening;
 mod hot_swap;
 mod ops;
 mod shared_resources;

@@ -164,7 +164,7 @@ fn parse_metrics(page: &str) -> Scrape {
 
 /// GETs `/metrics` and parses it.
 fn scrape(host: &ServeHost) -> Scrape {
-    let reply = host.get("/metrics");
+    let reply = host.get_with("/metrics", host.operator_token());
     assert_eq!(reply.code, 200, "GET /metrics: {reply}");
     parse_metrics(&reply.body)
 }

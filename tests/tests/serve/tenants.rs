@@ -855,7 +855,7 @@ fn a_flood_is_rate_limited(host: &ServeHost, b: &BWitness) {
 
 /// The value of a pipeline's `weir_pipeline_restarts_total`.
 fn restarts(host: &ServeHost, tenant: &str, pipeline: &str) -> f64 {
-    let page = host.get("/metrics");
+    let page = host.get_with("/metrics", host.operator_token());
     assert_eq!(page.code, 200, "{page}");
     let tenant_label = format!("tenant=\"{tenant}\"");
     let pipeline_label = format!("pipeline=\"{pipeline}\"");
