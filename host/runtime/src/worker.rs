@@ -795,7 +795,7 @@ mod tests {
             ..Default::default()
         };
         let share = Arc::new(TenantShare::new("acme", bounds, 0));
-        let sleep_ms = 1500;
+        let sleep_ms = 4000;
         let sleep = sleep_ms.to_string();
         let config = [("mode", "sleep-in-open"), ("sleep_ms", sleep.as_str())];
         let stuck = |name| Sink {
