@@ -54,8 +54,9 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
         ))
     })?;
     let engine = WasmEngine::new(&config.cache_dir())?;
-    let source = setup::make_source(config, &RunOptions::default(), io)?;
+    let mut source = setup::make_source(config, &RunOptions::default(), io)?;
     let head = source.head();
+    let ceiling = source.ceiling()?;
     let tables = source.tables();
     let factory =
         setup::SinkFactory::new(&engine, io, weir_metrics::PipelineMetrics::detached(), None)?;
@@ -87,6 +88,9 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
         };
         let names = tables.iter().map(|t| t.name.clone()).collect();
         let mut core = Core::new(&config.pipeline, 0, CommitPolicy::All, names, vec![spec]);
+        // Checked as a run checks it: a claim past the source is shown as
+        // the sink's error, and the store's position as where it stands.
+        core.set_source_head(ceiling.clone());
         let mut rows = Vec::new();
         for table in &tables {
             let from_store = store.get(&config.pipeline, &sink.name, &table.name)?;

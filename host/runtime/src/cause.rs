@@ -107,7 +107,13 @@ pub(super) fn describe(error: &wasmtime::Error, stderr: &StderrTail) -> String {
     let cause = if let Some(exit) = error.downcast_ref::<I32Exit>() {
         format!("the plugin called exit with status {}", exit.0)
     } else if let Some(trap) = error.downcast_ref::<Trap>() {
-        trap.to_string()
+        match (trap, shadow_stack_fault(error)) {
+            (Trap::StackOverflow, _) => format!("stack overflow ({trap})"),
+            (Trap::MemoryOutOfBounds, Some(fault)) => {
+                format!("stack overflow (its stack ran below address 0: {fault})")
+            }
+            _ => trap.to_string(),
+        }
     } else {
         // A host error: wasmtime puts its backtrace in a context above the
         // cause, so the cause is the root, not the first line.
@@ -117,6 +123,32 @@ pub(super) fn describe(error: &wasmtime::Error, stderr: &StderrTail) -> String {
         Some(words) => format!("{words} ({cause})"),
         None => cause,
     }
+}
+
+/// How far below address 0 (as the wrapped address reads) or past 4 GiB a
+/// fault may lie and still be a stack pointer that ran below 0: a frame's
+/// size and a store's offset, with room for large frames.
+const SHADOW_STACK_SLACK: u64 = 64 << 20;
+
+/// The memory fault of `error`, as wasmtime words it, when it lies just
+/// under (or, through a store's offset, just past) 4 GiB in a 32-bit
+/// memory smaller than that: where a stack pointer lands when it runs
+/// below address 0. Rust and C guests keep their shadow stack at the
+/// bottom of linear memory, so their stack overflow is this fault, not
+/// wasmtime's `StackOverflow`. wasmtime attaches the fault as a context
+/// of the trap, "memory fault at wasm address 0x… in linear memory of
+/// size 0x…", and exports no type to read it by.
+fn shadow_stack_fault(error: &wasmtime::Error) -> Option<String> {
+    error.chain().find_map(|cause| {
+        let text = cause.to_string();
+        let rest = text.strip_prefix("memory fault at wasm address 0x")?;
+        let (address, rest) = rest.split_once(' ')?;
+        let size = rest.strip_prefix("in linear memory of size 0x")?;
+        let address = u64::from_str_radix(address, 16).ok()?;
+        let size = u64::from_str_radix(size, 16).ok()?;
+        let wrapped = (1u64 << 32).abs_diff(address) <= SHADOW_STACK_SLACK;
+        (wrapped && size < address).then_some(text)
+    })
 }
 
 /// `text` on one line, control characters escaped, at most
@@ -162,6 +194,54 @@ mod tests {
         assert!(words.len() < QUOTE_CHARS + 40, "{words}");
         tail.clear();
         assert_eq!(tail.last_words(), None);
+    }
+
+    /// A trap as wasmtime reports a memory fault: the trap, with the
+    /// fault as its context.
+    fn memory_fault(address: u64, size: u64) -> wasmtime::Error {
+        wasmtime::Error::new(Trap::MemoryOutOfBounds).context(format!(
+            "memory fault at wasm address 0x{address:x} in linear memory of size 0x{size:x}"
+        ))
+    }
+
+    #[test]
+    fn both_kinds_of_stack_overflow_are_named_as_such() {
+        let quiet = StderrTail::default();
+        let native = wasmtime::Error::new(Trap::StackOverflow);
+        assert_eq!(
+            describe(&native, &quiet),
+            "stack overflow (wasm trap: call stack exhausted)"
+        );
+        // A stack pointer that ran 16 bytes below 0 wraps to just under 4 GiB.
+        for address in [0xffff_fff0, 0x1_0000_0008, (1 << 32) - (8 << 20)] {
+            let cause = describe(&memory_fault(address, 0x11_0000), &quiet);
+            assert!(
+                cause.starts_with("stack overflow (its stack ran below address 0: memory fault at"),
+                "{cause}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_memory_faults_stay_out_of_bounds_accesses() {
+        let quiet = StderrTail::default();
+        for (address, size) in [
+            (0x20_0000, 0x11_0000),
+            ((1 << 31) + 4, 0x11_0000),
+            // A memory that really reaches up there.
+            (0xffff_fff0, 1 << 32),
+        ] {
+            let cause = describe(&memory_fault(address, size), &quiet);
+            assert_eq!(
+                cause, "wasm trap: out of bounds memory access",
+                "{address:x}"
+            );
+        }
+        let bare = wasmtime::Error::new(Trap::MemoryOutOfBounds);
+        assert_eq!(
+            describe(&bare, &quiet),
+            "wasm trap: out of bounds memory access"
+        );
     }
 
     #[test]

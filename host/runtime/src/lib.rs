@@ -10,6 +10,7 @@ pub mod budget;
 pub mod capability;
 mod cause;
 pub mod engine;
+mod guest_error;
 pub mod host_state;
 pub mod instance;
 pub mod plugin;

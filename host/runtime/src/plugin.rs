@@ -11,6 +11,7 @@ use super::budget::{Claim, Exhausted};
 use super::capability::network::{self, NetworkGrants};
 use super::capability::{self, Import, ImportGrants};
 use super::engine::{CompileLimits, EngineError, InstancePool, WasmEngine, digest, slots_needed};
+use super::guest_error;
 use super::host_state::HostState;
 use super::tenant::TenantShare;
 use super::types::OptionalExport;
@@ -114,6 +115,7 @@ pub fn linker(engine: &WasmEngine) -> Result<SinkLinker, EngineError> {
     let config = |e: wasmtime::Error| EngineError::Config(format!("{e:#}"));
     let mut linker = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(config)?;
+    guest_error::add_to_linker(&mut linker).map_err(config)?;
     network::add_to_linker(&mut linker).map_err(config)?;
     wit::add_to_linker(&mut linker).map_err(config)?;
     Ok(linker)

@@ -874,4 +874,35 @@ mod tests {
         let left = (0..5).filter(|_| share.admit_log_line()).count();
         assert!(left <= 1, "{left} lines left in the tenant's bucket");
     }
+
+    #[test]
+    fn both_kinds_of_stack_overflow_are_reported_as_stack_overflows() {
+        let metrics = Metrics::new();
+        // The shadow stack in linear memory runs out first (the trap
+        // fixture's frames hold 4 KiB there), or wasmtime's limit on the
+        // native stack does (the stall fixture's frames hold nothing there).
+        let cases = [
+            (
+                "weir-fixture-trap",
+                "stack-overflow",
+                "its stack ran below address 0",
+            ),
+            ("weir-fixture-stall", "overflow", "call stack exhausted"),
+        ];
+        for (fixture, mode, detail) in cases {
+            let config = [("mode", mode)];
+            let overflowing = Sink {
+                config: &config,
+                ..sink(fixture, mode)
+            };
+            let worker = overflowing.start(&metrics).unwrap();
+            match write(&worker) {
+                Err(CallError::Trap(cause)) => {
+                    assert!(cause.starts_with("stack overflow ("), "{mode}: {cause}");
+                    assert!(cause.contains(detail), "{mode}: {cause}");
+                }
+                other => panic!("{mode}: {other:?}"),
+            }
+        }
+    }
 }

@@ -127,9 +127,10 @@ pub fn send(prepared: Prepared) -> Result<Response, HttpError> {
             "{shown}: the response body exceeds {} bytes",
             prepared.max_response_bytes
         )),
-        ReadError::Stream(e) => {
-            HttpError::Connection(format!("{shown}: reading the answer failed: {e:?}"))
-        }
+        ReadError::Stream(e) => HttpError::Connection(format!(
+            "{shown}: reading the answer failed: {}",
+            stream_failure(&e)
+        )),
     })?;
     drop(IncomingBody::finish(incoming));
     Ok(Response {
@@ -137,6 +138,15 @@ pub fn send(prepared: Prepared) -> Result<Response, HttpError> {
         headers,
         body,
     })
+}
+
+/// Why a stream failed, as the host words it (the `Debug` form of a
+/// stream error shows only the handle of the host's error).
+fn stream_failure(error: &StreamError) -> String {
+    match error {
+        StreamError::LastOperationFailed(e) => e.to_debug_string(),
+        StreamError::Closed => "the stream closed".into(),
+    }
 }
 
 /// Writes `data` as fast as the host takes it, then flushes.

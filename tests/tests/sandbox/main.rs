@@ -13,6 +13,7 @@ mod common;
 mod basics;
 mod bytes;
 mod claims;
+mod error_text;
 mod js_sink;
 mod load;
 mod network_grants;

@@ -311,7 +311,7 @@ fn a_stack_overflow_is_reported_as_such() {
     let dir = tempfile::tempdir().unwrap();
     optional_bad_sink_is_disabled(
         stall("overflow", dir.path()),
-        &["trapped: wasm trap: call stack exhausted"],
+        &["trapped: stack overflow (wasm trap: call stack exhausted)"],
     );
 }
 

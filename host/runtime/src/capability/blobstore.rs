@@ -18,6 +18,7 @@ use super::blob_faults::{BlobFaults, FaultKind};
 pub use super::blob_walk::ObjectMeta;
 use super::blob_walk::{self, WalkError};
 use super::{Capability, Grants, Provides};
+use crate::guest_error::for_guest;
 use crate::tenant::TenantShare;
 
 /// Why a blob call failed; mirrors the WIT `blob-error`.
@@ -264,7 +265,7 @@ impl BlobScope {
         use std::io::{Read as _, Seek as _, SeekFrom};
         let io = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::NotFound => BlobError::NotFound(path.to_string()),
-            _ => BlobError::Io(format!("{path}: {e}")),
+            _ => BlobError::Io(format!("{path}: {}", for_guest(&e))),
         };
         let mut file = std::fs::File::open(root.join(path)).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
@@ -422,7 +423,7 @@ impl BlobScope {
                 return blob_walk::list(root, folder, prefix, most.saturating_mul(2))
                     .map_err(|e| match e {
                         WalkError::TooMany => too_many(),
-                        WalkError::Io(e) => BlobError::Io(format!("{prefix}: {e}")),
+                        WalkError::Io(e) => BlobError::Io(format!("{prefix}: {}", for_guest(&e))),
                     })
                     .and_then(|found| match found.len() > most {
                         true => Err(too_many()),
@@ -486,7 +487,7 @@ impl BlobScope {
         }
         let io = |e: String| BlobError::Io(format!("counting what the root holds: {e}"));
         let bytes = match &self.backend {
-            Backend::Local(root) => blob_walk::stored_bytes(root).map_err(|e| io(e.to_string()))?,
+            Backend::Local(root) => blob_walk::stored_bytes(root).map_err(|e| io(for_guest(&e)))?,
             Backend::Store(store) => self
                 .block(async {
                     let mut total = 0u64;
@@ -496,7 +497,7 @@ impl BlobScope {
                     }
                     Ok(total)
                 })
-                .map_err(|e| io(e.to_string()))?,
+                .map_err(|e| io(for_guest(&e)))?,
         };
         *stored = Some(bytes);
         Ok(bytes)
@@ -510,7 +511,7 @@ impl BlobScope {
                     Ok(meta) if meta.is_file() => Ok(meta.len()),
                     Ok(_) => Ok(0),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-                    Err(e) => Err(BlobError::Io(format!("{path}: {e}"))),
+                    Err(e) => Err(BlobError::Io(format!("{path}: {}", for_guest(&e)))),
                 };
             }
             Backend::Store(store) => store,
@@ -560,7 +561,7 @@ fn put_durably(root: &FsPath, path: &str, data: &[u8], mode: PutMode) -> Result<
     use std::io::Write as _;
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let io = |e: std::io::Error| BlobError::Io(format!("{path}: {e}"));
+    let io = |e: std::io::Error| BlobError::Io(format!("{path}: {}", for_guest(&e)));
     let target = root.join(path);
     let folder = target.parent().expect("a checked path has a file name");
     std::fs::create_dir_all(folder).map_err(io)?;
@@ -606,7 +607,7 @@ fn delete_local(root: &FsPath, path: &str) -> Result<(), BlobError> {
     let target = root.join(path);
     match std::fs::remove_file(&target) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(BlobError::Io(format!("{path}: {e}"))),
+        Err(e) => return Err(BlobError::Io(format!("{path}: {}", for_guest(&e)))),
         Ok(()) => {}
     }
     // A folder that still holds something stays, and ends the walk.
@@ -649,10 +650,12 @@ impl BlobScope {
         match error {
             object_store::Error::NotFound { .. } => BlobError::NotFound(path.to_string()),
             object_store::Error::AlreadyExists { .. } => BlobError::AlreadyExists(path.to_string()),
-            other if matches!(self.backend, Backend::Store(_)) => {
-                BlobError::Io(format!("{} at `{path}`: {other}", self.description))
-            }
-            other => BlobError::Io(format!("{path}: {other}")),
+            other if matches!(self.backend, Backend::Store(_)) => BlobError::Io(format!(
+                "{} at `{path}`: {}",
+                self.description,
+                for_guest(&other)
+            )),
+            other => BlobError::Io(format!("{path}: {}", for_guest(&other))),
         }
     }
 }

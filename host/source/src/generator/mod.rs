@@ -149,6 +149,19 @@ impl Source for Generator {
             .clone()
     }
 
+    /// A bounded stream never goes past its head, whichever run produced
+    /// it, so a sink claiming more is refused (as Postgres refuses a claim
+    /// past its WAL). That holds for this seed and `max_changes`: a sink
+    /// that committed an earlier run with a larger `max_changes` stands
+    /// past a shorter run's head and is refused too. An endless stream may
+    /// have run any length before: it cannot tell.
+    fn ceiling(&mut self) -> Result<Option<Position>, SourceError> {
+        Ok(match self.config.max_changes {
+            Some(_) => self.head(),
+            None => None,
+        })
+    }
+
     fn acknowledge(&mut self, _pos: &Position) -> Result<(), SourceError> {
         Ok(())
     }

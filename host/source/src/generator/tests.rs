@@ -123,6 +123,22 @@ fn head_is_the_final_change() {
 }
 
 #[test]
+fn a_bounded_stream_can_have_produced_nothing_past_its_last_change() {
+    let last = change_log(9, 500).last().unwrap();
+    assert_eq!(bounded(9, 500).ceiling().unwrap(), Some(last.pos));
+    // Resuming moves nothing: the ceiling is the stream's, not the run's.
+    let mut resumed = bounded(9, 500);
+    resumed.resume_after(Some(&stream_position(3, 0))).unwrap();
+    assert_eq!(resumed.ceiling().unwrap(), bounded(9, 500).head());
+    let mut endless = Generator::new(GeneratorConfig {
+        seed: 9,
+        max_changes: None,
+    });
+    endless.next_transaction().unwrap();
+    assert_eq!(endless.ceiling().unwrap(), None);
+}
+
+#[test]
 fn expected_state_is_the_applied_change_log() {
     for (seed, max) in [(3, 1), (3, 300), (11, 20_000), (12, 150_000)] {
         let mut applied = ExpectedState::with_tables(&shop_tables());

@@ -137,7 +137,7 @@ async fn send(
             .await
             .map_err(|_| Error::DnsTimeout)?
             .map_err(|e| Error::DnsError {
-                rcode: Some(e.to_string()),
+                rcode: Some(crate::guest_error::for_guest(&e)),
                 info_code: None,
             })?;
             found.map(|a| a.ip()).collect()
