@@ -804,6 +804,8 @@ mod tests {
             tenant: Some(share.clone()),
             ..sink("weir-fixture-stall", name)
         };
+        // Compiled before the clock starts: only the stalls count.
+        load("weir-fixture-stall");
         let started = Instant::now();
         for name in ["stuck-1", "stuck-2"] {
             let refused = stuck(name).start(&metrics).err();

@@ -74,6 +74,8 @@ fn bomb(kind: &str) -> SinkBuilder {
     SinkBuilder::new("probe", plugin("weir-fixture-netprobe"))
         .limits(64, 30_000)
         .retries(0)
+        // The fixture imports both kinds of network access; it uses TCP.
+        .grant_http("http://127.0.0.1:9")
         .grant_tcp("127.0.0.1:9")
         .config("probe", "socket-bomb")
         .config("kind", kind)
@@ -153,6 +155,11 @@ fn bomb_result(host: &ServeHost, pipeline: &str) -> String {
         if let Ok(result) = std::fs::read_to_string(&file) {
             return result;
         }
+        let status = host.status(M, pipeline, host.operator_token());
+        assert_ne!(
+            status["state"], "parked",
+            "M/{pipeline} was parked before its bomb reported: {status}"
+        );
         assert!(
             Instant::now() < deadline,
             "M/{pipeline}: no probe result in 90 s; log tail:\n{}",
@@ -176,6 +183,7 @@ fn socket_bombs_are_held_to_the_tenant_share_while_another_tenant_runs_exact() {
     let host = start_host(
         Tenant::new(M)
             .max_sockets(M_MAX_SOCKETS)
+            .grant_http("http://127.0.0.1:9")
             .grant_tcp("127.0.0.1:9"),
     );
     let pid = host.pid();
@@ -227,6 +235,10 @@ fn socket_bombs_are_held_to_the_tenant_share_while_another_tenant_runs_exact() {
     assert!(
         descriptors <= descriptors_before + M_MAX_SOCKETS + DESCRIPTOR_SLACK,
         "the host holds {descriptors} descriptors, {descriptors_before} before M's bombs"
+    );
+    println!(
+        "UDP bomb: {udp}; TCP bombs: {tcp:?}; the host's descriptors: {descriptors_before} \
+         before, {descriptors} while M's bombs hold theirs"
     );
     let log = host.log();
     for needle in [
@@ -291,6 +303,11 @@ fn stuck_workers_count_against_their_tenant_until_they_end() {
     host.wait_for_state(M, "stuck", "parked", Duration::from_secs(60));
     let rounds_done = Instant::now();
     let threads_stuck = threads(pid);
+    println!(
+        "{resumes} resumes in {:?}: the host's threads {threads_before} before, \
+         {threads_stuck} after",
+        rounds_done - resumed_at
+    );
     assert!(
         threads_stuck <= threads_before + M_MAX_INSTANCES + THREAD_SLACK,
         "{threads_stuck} threads after {resumes} resumes of a stuck sink, {threads_before} before"
