@@ -69,6 +69,21 @@ fn m_pipeline(name: &str, sink: SinkBuilder) -> PipelineBuilder {
         .sink(sink)
 }
 
+/// A short well-behaved pipeline: the generator's `changes` into the
+/// positioned fixture at `lake`, to run to its end.
+fn short_pipeline(name: &str, seed: u64, changes: u64) -> PipelineBuilder {
+    PipelineBuilder::generator(seed, changes)
+        .name(name)
+        .max_rows(100)
+        .linger_ms(20)
+        .heartbeat_ms(200)
+        .sink(
+            SinkBuilder::new("lake", plugin("weir-fixture-positioned"))
+                .limits(64, 30_000)
+                .retries(0),
+        )
+}
+
 /// A sink of M that makes `BOMB` sockets of `kind` and holds them.
 fn bomb(kind: &str) -> SinkBuilder {
     SinkBuilder::new("probe", plugin("weir-fixture-netprobe"))
@@ -334,16 +349,7 @@ fn stuck_workers_count_against_their_tenant_until_they_end() {
     assert!(reply.is_success(), "deleting M/stuck: {reply}");
     for n in 0..2 {
         let name = format!("extra-{n}");
-        let extra = PipelineBuilder::generator(11 + n, 500)
-            .name(&name)
-            .max_rows(100)
-            .linger_ms(20)
-            .heartbeat_ms(200)
-            .sink(
-                SinkBuilder::new("lake", plugin("weir-fixture-positioned"))
-                    .limits(64, 30_000)
-                    .retries(0),
-            );
+        let extra = short_pipeline(&name, 11 + n, 500);
         let reply = host.deploy(V, &extra, host.token(V));
         assert!(reply.is_success(), "deploying V/{name}: {reply}");
         host.wait_for_state(V, &name, "finished", Duration::from_secs(60));
@@ -359,16 +365,7 @@ fn stuck_workers_count_against_their_tenant_until_they_end() {
     // the last park.
     let all_awake = rounds_done + STUCK_SLEEP + Duration::from_secs(2);
     std::thread::sleep(all_awake.saturating_duration_since(Instant::now()));
-    let fine = PipelineBuilder::generator(5, 300)
-        .name("fine")
-        .max_rows(100)
-        .linger_ms(20)
-        .heartbeat_ms(200)
-        .sink(
-            SinkBuilder::new("lake", plugin("weir-fixture-positioned"))
-                .limits(64, 30_000)
-                .retries(0),
-        );
+    let fine = short_pipeline("fine", 5, 300);
     let reply = host.deploy(M, &fine, host.token(M));
     assert!(reply.is_success(), "deploying M/fine: {reply}");
     host.wait_for_state(M, "fine", "finished", Duration::from_secs(90));
