@@ -35,3 +35,27 @@ pub fn workload(seed: u64, max_changes: u64, max_rows: usize) -> PipelineBuilder
         .linger_ms(20)
         .heartbeat_ms(200)
 }
+
+/// A tenant's steady pipeline under `weir serve` while another tenant
+/// attacks: the generator stream `(seed, max_changes)` at one change per
+/// `pace_us`, into the positioned fixture as sink `sink`. Deployed again
+/// with pace 0, it runs to its end at once.
+pub fn paced_positioned(
+    name: &str,
+    sink: &str,
+    seed: u64,
+    max_changes: u64,
+    pace_us: u64,
+) -> PipelineBuilder {
+    PipelineBuilder::generator(seed, max_changes)
+        .name(name)
+        .pace_us(pace_us)
+        .max_rows(500)
+        .linger_ms(200)
+        .heartbeat_ms(200)
+        .sink(
+            SinkBuilder::new(sink, plugin("weir-fixture-positioned"))
+                .limits(64, 30_000)
+                .retries(1),
+        )
+}

@@ -44,17 +44,7 @@ const DESCRIPTOR_SLACK: usize = 48;
 const THREAD_SLACK: usize = 10;
 
 fn v_pipeline(pace_us: u64) -> PipelineBuilder {
-    PipelineBuilder::generator(V_SEED, V_CHANGES)
-        .name(V_PIPELINE)
-        .pace_us(pace_us)
-        .max_rows(500)
-        .linger_ms(200)
-        .heartbeat_ms(200)
-        .sink(
-            SinkBuilder::new(V_SINK, plugin("weir-fixture-positioned"))
-                .limits(64, 30_000)
-                .retries(1),
-        )
+    paced_positioned(V_PIPELINE, V_SINK, V_SEED, V_CHANGES, pace_us)
 }
 
 /// One of M's pipelines: a slow endless generator into `sink`, so the sink

@@ -85,17 +85,7 @@ fn start_host() -> ServeHost {
 }
 
 fn b_pipeline(pace_us: u64) -> PipelineBuilder {
-    PipelineBuilder::generator(B_SEED, B_CHANGES)
-        .name(B_PIPELINE)
-        .pace_us(pace_us)
-        .max_rows(500)
-        .linger_ms(200)
-        .heartbeat_ms(200)
-        .sink(
-            SinkBuilder::new(B_SINK, plugin("weir-fixture-positioned"))
-                .limits(64, 30_000)
-                .retries(1),
-        )
+    paced_positioned(B_PIPELINE, B_SINK, B_SEED, B_CHANGES, pace_us)
 }
 
 /// One of A's pipelines: a bounded generator into one required sink.
