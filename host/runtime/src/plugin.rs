@@ -179,11 +179,6 @@ impl Plugin {
         self.pool.take(self.slots, tenant)
     }
 
-    /// The slots of the engine's pool one instance takes.
-    pub fn slots_per_instance(&self) -> usize {
-        self.slots
-    }
-
     pub(super) fn pre(&self) -> &InstancePre<HostState> {
         &self.pre
     }

@@ -236,14 +236,16 @@ fn default_max_pipelines() -> usize {
 fn default_max_memory_mb() -> u64 {
     1024
 }
+// A tenant's shares default to the runtime's own (`TenantBounds`); these
+// only restate them in the units the file is written in.
 fn default_max_stored_mb() -> u64 {
-    10 << 10
+    TenantBounds::default().max_stored_bytes >> 20
 }
 fn default_log_lines_per_second() -> u64 {
-    200
+    TenantBounds::default().log_lines_per_second
 }
 fn default_log_burst() -> u64 {
-    400
+    TenantBounds::default().log_burst
 }
 fn default_max_instances() -> usize {
     TenantBounds::default().max_instances
