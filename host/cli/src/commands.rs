@@ -143,8 +143,16 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
                 engine: &engine,
                 control: &control,
                 tenant: None,
+                store: None,
             };
-            let result = weir_pipeline::run(&config, &RunOptions { max_changes }, &host);
+            let result = weir_pipeline::run(
+                &config,
+                &RunOptions {
+                    max_changes,
+                    ..RunOptions::default()
+                },
+                &host,
+            );
             // A sink thread left behind (it overran its deadline) may still
             // hold blocking I/O on this runtime; it must not hold the exit.
             io.shutdown_timeout(SHUTDOWN_GRACE);

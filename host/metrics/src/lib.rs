@@ -86,6 +86,11 @@ struct SwapLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: Text,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     #[prometheus(flatten)]
     of: PipelineLabels,
@@ -116,6 +121,7 @@ struct Families {
     plugin_swaps: Family<SwapLabels, Counter>,
     pipeline_state: Family<StateLabels, Gauge>,
     pipeline_restarts: Family<PipelineLabels, Counter>,
+    cluster: ClusterMetrics,
 }
 
 /// The process's registry.
@@ -140,6 +146,7 @@ impl Metrics {
             plugin_swaps: Family::default(),
             pipeline_state: Family::default(),
             pipeline_restarts: Family::default(),
+            cluster: ClusterMetrics::detached(),
         };
         let f = families.clone();
         let mut registry = Registry::default();
@@ -209,7 +216,43 @@ impl Metrics {
             "Restarts of a pipeline after a failure",
             f.pipeline_restarts,
         );
+        let c = f.cluster;
+        registry.register(
+            "weir_cluster_assignments",
+            "Pipelines this host holds a claim on (a cluster's host only)",
+            c.assignments,
+        );
+        registry.register(
+            "weir_cluster_claims",
+            "Claims this host took: a pipeline placed here and free",
+            c.claims,
+        );
+        registry.register(
+            "weir_cluster_lease_renewals",
+            "Renewals of this host's lease, by outcome (renewed, failed, expired)",
+            c.renewals,
+        );
+        registry.register(
+            "weir_cluster_lease_renewal_duration_seconds",
+            "Time etcd took to confirm a renewal of this host's lease",
+            c.renewal_duration,
+        );
+        registry.register(
+            "weir_cluster_fenced_writes",
+            "Commits and position writes this host was refused because it no longer held the pipeline",
+            c.fenced_writes,
+        );
+        registry.register(
+            "weir_cluster_leader",
+            "1 while this host leads (places pipelines), else 0",
+            c.leader,
+        );
         Arc::new(Metrics { registry, families })
+    }
+
+    /// The handle of this host's part in a cluster.
+    pub fn cluster(&self) -> ClusterMetrics {
+        self.families.cluster.clone()
     }
 
     /// Every metric, in the OpenMetrics text format (which Prometheus
@@ -448,7 +491,7 @@ pub const SWAP_OUTCOMES: &[&str] = &["swapped", "refused", "rolled_back"];
 
 /// The states a pipeline is reported in.
 pub const STATES: &[&str] = &[
-    "starting", "running", "paused", "backoff", "parked", "stopped", "finished",
+    "starting", "running", "paused", "backoff", "parked", "stopped", "finished", "standby",
 ];
 
 /// The metrics of one sink of one pipeline.
@@ -745,5 +788,58 @@ mod tests {
         let page = metrics.render();
         assert!(!page.contains("pipeline=\"gone\""), "{page}");
         assert!(page.contains("pipeline=\"kept\""), "{page}");
+    }
+}
+
+/// The metrics of a host's part in a cluster (no tenant label: a tenant's
+/// token does not see them).
+#[derive(Clone)]
+pub struct ClusterMetrics {
+    assignments: Gauge,
+    claims: Counter,
+    renewals: Family<OutcomeLabels, Counter>,
+    renewal_duration: Histogram,
+    fenced_writes: Counter,
+    leader: Gauge,
+}
+
+impl ClusterMetrics {
+    /// A handle nothing renders (tests, and hosts outside a registry).
+    pub fn detached() -> ClusterMetrics {
+        ClusterMetrics {
+            assignments: Gauge::default(),
+            claims: Counter::default(),
+            renewals: Family::default(),
+            renewal_duration: commit_histogram(),
+            fenced_writes: Counter::default(),
+            leader: Gauge::default(),
+        }
+    }
+
+    pub fn assignments(&self, held: usize) {
+        self.assignments.set(held as i64);
+    }
+
+    pub fn claimed(&self) {
+        self.claims.inc();
+    }
+
+    /// A renewal ended: `renewed`, `failed` or `expired`, and how long
+    /// etcd took to answer.
+    pub fn renewal(&self, outcome: &str, seconds: f64) {
+        self.renewals
+            .get_or_create(&OutcomeLabels {
+                outcome: Text::new(outcome),
+            })
+            .inc();
+        self.renewal_duration.observe(seconds);
+    }
+
+    pub fn fenced(&self) {
+        self.fenced_writes.inc();
+    }
+
+    pub fn leading(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 }

@@ -59,6 +59,10 @@ pub enum RunError {
 pub struct RunOptions {
     /// Overrides the generator's `max_changes` (a bounded run).
     pub max_changes: Option<u64>,
+    /// The run holds a fenced claim (a cluster's owner): what an earlier
+    /// owner left holding the source (a Postgres slot's walsender) is
+    /// taken from it.
+    pub take_over_source: bool,
 }
 
 /// How often a paused run looks whether it was resumed, stopped or asked
@@ -80,7 +84,15 @@ pub struct RunHost<'a> {
     pub engine: &'a WasmEngine,
     pub control: &'a Arc<Control>,
     pub tenant: Option<Arc<TenantShare>>,
+    /// Where the run keeps positions and takes its epoch, when not in the
+    /// embedded store under the pipeline's state folder (a cluster's hosts
+    /// share one in etcd).
+    pub store: Option<&'a OpenStore>,
 }
+
+/// Opens the position store of a run.
+pub type OpenStore =
+    dyn Fn(&PipelineConfig) -> Result<Box<dyn PositionStore>, store::StoreError> + Send + Sync;
 
 /// Runs a pipeline until its source ends (bounded) or it is stopped.
 pub fn run(
@@ -89,7 +101,10 @@ pub fn run(
     host: &RunHost,
 ) -> Result<RunReport, RunError> {
     let _end = control::EndOnDrop(host.control);
-    let store = EmbeddedStore::open(&config.store_path())?;
+    let store: Box<dyn PositionStore> = match host.store {
+        Some(open) => open(config)?,
+        None => Box::new(EmbeddedStore::open(&config.store_path())?),
+    };
     let epoch = store.next_epoch(&config.pipeline)?;
     let metrics = host.control.metrics.clone();
     let factory = SinkFactory::new(host.engine, host.io, metrics.clone(), host.tenant.clone())?;
@@ -106,13 +121,7 @@ pub fn run(
         table_names.clone(),
         sinks.specs.clone(),
     );
-    let mut shell = Shell::new(
-        &config.pipeline,
-        sinks,
-        Box::new(store),
-        descriptions,
-        metrics,
-    );
+    let mut shell = Shell::new(&config.pipeline, sinks, store, descriptions, metrics);
     core.set_source_head(source.ceiling()?);
     tracing::info!(pipeline = %config.pipeline, epoch, "starting");
 

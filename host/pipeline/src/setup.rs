@@ -39,6 +39,7 @@ pub fn make_source(
                     .collect(),
                 state_dir: config.state_dir(),
                 io: io.clone(),
+                take_over_slot: options.take_over_source,
             };
             // A transaction bigger than a batch is handed on in pieces of
             // a batch, so memory does not grow with it.

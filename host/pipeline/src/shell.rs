@@ -226,6 +226,11 @@ impl Effects for Shell {
     }
 
     fn call_sinks(&mut self, calls: Vec<SinkCall>) -> Result<Vec<Result<(), Failure>>, RunError> {
+        // Asked before the sinks are told to commit, not after: a host that
+        // could lose the pipeline mid-commit must not begin one.
+        if calls.iter().any(|c| matches!(c, SinkCall::Commit { .. })) {
+            self.store.may_commit(&self.pipeline)?;
+        }
         let mut pending = Vec::with_capacity(calls.len());
         for call in calls {
             pending.push(match call {

@@ -37,6 +37,9 @@ pub struct HostConfig {
     pub restart: RestartConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    /// Several hosts sharing the work through etcd; alone without it.
+    #[serde(default)]
+    pub cluster: Option<weir_cluster::ClusterConfig>,
     pub tenants: BTreeMap<String, TenantConfig>,
     /// The host file's folder; relative paths are resolved against it.
     #[serde(skip)]
@@ -280,6 +283,9 @@ impl HostConfig {
     }
 
     fn validate(&self) -> Result<(), String> {
+        if let Some(cluster) = &self.cluster {
+            cluster.check("cluster")?;
+        }
         if self.operator_token_env.is_some() == self.operator_token_file.is_some() {
             return Err(
                 "set exactly one of operator_token_env and operator_token_file".to_string(),

@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod cluster;
 pub mod connections;
 pub mod host_file;
 pub mod policy;
@@ -65,15 +66,31 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
     let cache_dir = weir_pipeline::config::component_cache_dir(&state_dir);
     let engine = WasmEngine::with_pool_slots(&cache_dir, pool_slots).map_err(|e| e.to_string())?;
     let engine = Arc::new(engine);
+    let metrics = Metrics::new();
+    // In a cluster, the host joins before any pipeline starts: a pipeline
+    // runs only once placed here and claimed.
+    let session = match &host.cluster {
+        Some(cluster) => Some(
+            weir_cluster::Session::start(
+                cluster,
+                &host.listen.to_string(),
+                io.handle(),
+                metrics.cluster(),
+            )
+            .map_err(|e| format!("{}: cluster: {e}", host.file.display()))?,
+        ),
+        None => None,
+    };
     let context = Context {
         engine,
         io: io.handle().clone(),
         restart: host.restart.clone(),
+        cluster: session.clone(),
     };
     let grace = Duration::from_millis(host.shutdown_grace_ms);
     let interval = Duration::from_millis(host.watch_interval_ms);
     let listen = host.listen;
-    let server = Arc::new(Server::new(host, tenants, Metrics::new(), context)?);
+    let server = Arc::new(Server::new(host, tenants, metrics, context)?);
 
     let listener = io
         .block_on(tokio::net::TcpListener::bind(listen))
@@ -85,6 +102,16 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
         server.host.admin.clone(),
     ));
     tracing::info!(%listen, "weir serve: admin API listening");
+
+    let agent = session.map(cluster::Agent::new);
+    if let Some(agent) = &agent {
+        let agent = agent.clone();
+        let server = server.clone();
+        std::thread::Builder::new()
+            .name("cluster".into())
+            .spawn(move || agent.run(server))
+            .map_err(|e| format!("cannot start the cluster agent: {e}"))?;
+    }
 
     let stop_watching = Arc::new(AtomicBool::new(false));
     {
@@ -104,7 +131,21 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
     );
     stop_watching.store(true, Ordering::Relaxed);
     io.spawn(exit_on_second_signal());
+    if let Some(agent) = &agent {
+        agent.halt();
+    }
     let all_ended = server.stop_all(grace);
+    // Every run ended at a commit boundary: the pipelines are handed over
+    // now rather than when the lease runs out. A run that did not end keeps
+    // its claim, which the lease's end frees.
+    if let Some(agent) = &agent
+        && all_ended
+        && let Err(e) = agent.leave()
+    {
+        tracing::warn!(
+            "cluster: could not hand the pipelines over ({e}); they move when this host's lease runs out"
+        );
+    }
     if !all_ended {
         let in_flight = weir_runtime::worker::calls_in_flight();
         eprintln!(

@@ -34,6 +34,9 @@ pub enum State {
     Stopped,
     /// Its source ended (a bounded generator).
     Finished,
+    /// In a cluster: another host runs it, or none is placed yet; this
+    /// host runs it when it is placed here and claimed.
+    Standby,
     /// Never a pipeline's own state: what `weir ctl` reads when a server
     /// leaves the state out or names one this build does not know, so the
     /// rest of its reply still shows.
@@ -52,6 +55,7 @@ impl State {
             State::Parked => "parked",
             State::Stopped => "stopped",
             State::Finished => "finished",
+            State::Standby => "standby",
             State::Unknown => "unknown",
         }
     }
@@ -126,6 +130,16 @@ struct Inner {
     last_live: Option<LiveStatus>,
     /// The last error each sink caused, with when.
     sink_errors: BTreeMap<String, String>,
+    /// In a cluster: the claim this host holds on the pipeline, without
+    /// which it does not run.
+    held: Option<Held>,
+}
+
+/// A claim on a pipeline, held on a lease of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub lease: i64,
+    pub epoch: u64,
 }
 
 /// What the thread of a slot needs from the host.
@@ -134,6 +148,9 @@ pub struct Context {
     pub engine: Arc<WasmEngine>,
     pub io: tokio::runtime::Handle,
     pub restart: RestartConfig,
+    /// In a cluster, the host's session: a pipeline runs only while this
+    /// host holds its claim, and keeps its positions in etcd.
+    pub cluster: Option<Arc<weir_cluster::Session>>,
 }
 
 impl Slot {
@@ -164,6 +181,7 @@ impl Slot {
                 ended: false,
                 last_live: None,
                 sink_errors: BTreeMap::new(),
+                held: None,
             }),
             changed: Condvar::new(),
             swapping: Mutex::new(()),
@@ -253,6 +271,61 @@ impl Slot {
     /// True once its thread has ended (after a delete).
     pub fn ended(&self) -> bool {
         self.inner().ended
+    }
+
+    /// Whether a run of it is under way.
+    pub fn running(&self) -> bool {
+        self.inner().control.is_some()
+    }
+
+    /// Whether the operator wants it to run (not stopped, not parked).
+    pub fn wants_to_run(&self) -> bool {
+        let inner = self.inner();
+        inner.wanted == Wanted::Run && inner.state != State::Parked
+    }
+
+    /// In a cluster: the claim this host holds on it.
+    pub fn held(&self) -> Option<Held> {
+        self.inner().held
+    }
+
+    /// In a cluster: this host claimed it; it runs from now on.
+    pub fn grant(&self, held: Held) {
+        let mut inner = self.inner();
+        inner.held = Some(held);
+        if inner.state == State::Standby {
+            self.set_state(&mut inner, State::Starting, None);
+        }
+        self.changed.notify_all();
+    }
+
+    /// In a cluster: this host no longer holds it (or must give it up).
+    /// The run under way stops at a commit boundary; `why` is shown.
+    pub fn revoke(&self, why: String) {
+        let mut inner = self.inner();
+        inner.held = None;
+        if let Some(control) = &inner.control {
+            control.stop();
+        }
+        if inner.control.is_none() && inner.wanted == Wanted::Run {
+            self.set_state(&mut inner, State::Standby, Some(why));
+        } else {
+            inner.reason = Some(why);
+        }
+        self.changed.notify_all();
+    }
+
+    /// In a cluster: says where it runs while this host does not run it.
+    pub fn standby(&self, why: String) {
+        let mut inner = self.inner();
+        if inner.held.is_none()
+            && inner.control.is_none()
+            && inner.wanted == Wanted::Run
+            && matches!(inner.state, State::Starting | State::Standby)
+            && (inner.state != State::Standby || inner.reason.as_deref() != Some(why.as_str()))
+        {
+            self.set_state(&mut inner, State::Standby, Some(why));
+        }
     }
 
     /// Takes a new definition: the run under way stops at a commit boundary
@@ -370,7 +443,7 @@ impl Slot {
     /// The thread: runs, restarts and parks, until deleted.
     fn supervise(self: Arc<Self>, context: &Context) {
         loop {
-            let (config, control) = {
+            let (config, control, held) = {
                 let mut inner = self.inner();
                 loop {
                     match inner.wanted {
@@ -385,7 +458,21 @@ impl Slot {
                                 self.set_state(&mut inner, State::Stopped, None);
                             }
                         }
-                        Wanted::Run if inner.state == State::Starting || inner.restart => break,
+                        Wanted::Run if context.cluster.is_some() && inner.held.is_none() => {
+                            if inner.state == State::Starting {
+                                self.set_state(
+                                    &mut inner,
+                                    State::Standby,
+                                    Some("waiting to be placed on a host".into()),
+                                );
+                            }
+                        }
+                        Wanted::Run
+                            if matches!(inner.state, State::Starting | State::Standby)
+                                || inner.restart =>
+                        {
+                            break;
+                        }
                         Wanted::Run => {}
                     }
                     inner = self
@@ -397,18 +484,35 @@ impl Slot {
                 let control = Control::new(self.metrics.clone());
                 inner.control = Some(control.clone());
                 self.set_state(&mut inner, State::Starting, None);
-                (effective(&inner), control)
+                (effective(&inner), control, inner.held)
             };
+            let (config, control, held) = (config, control, held);
+            let open_store = context.cluster.clone().zip(held).map(|(session, held)| {
+                let id = weir_cluster::PipelineId::new(&self.tenant.name, &self.name);
+                move |_: &PipelineConfig| -> Result<Box<dyn weir_pipeline::store::PositionStore>, _> {
+                    Ok(Box::new(weir_cluster::EtcdStore::new(
+                        session.clone(),
+                        id.clone(),
+                        held.lease,
+                    )))
+                }
+            });
             let host = RunHost {
                 io: &context.io,
                 engine: &context.engine,
                 control: &control,
                 tenant: Some(self.tenant.share.clone()),
+                store: open_store
+                    .as_ref()
+                    .map(|open| open as &weir_pipeline::OpenStore),
             };
             let span =
                 tracing::info_span!("pipeline", tenant = %self.tenant.name, pipeline = %self.name);
-            let result =
-                span.in_scope(|| weir_pipeline::run(&config, &RunOptions::default(), &host));
+            let options = RunOptions {
+                take_over_source: held.is_some(),
+                ..RunOptions::default()
+            };
+            let result = span.in_scope(|| weir_pipeline::run(&config, &options, &host));
             self.after_run(result, &control, context);
         }
     }
@@ -424,6 +528,31 @@ impl Slot {
         let live = control.live();
         let committed = live.batches_committed > 0;
         inner.last_live = Some(live);
+        if context.cluster.is_some() {
+            // Fenced, or etcd out of reach: not a failure of the pipeline
+            // (which restarts would count until it parks) but of this
+            // host's hold on it. The claim is given up; the agent claims
+            // it again if it is still placed here once etcd answers.
+            let lost_hold = matches!(
+                &result,
+                Err(RunError::Store(
+                    weir_pipeline::store::StoreError::Fenced { .. }
+                        | weir_pipeline::store::StoreError::Shared(_)
+                ))
+            );
+            if lost_hold || inner.held.is_none() {
+                inner.held = None;
+                let why = match &result {
+                    Err(e) => format!("given up by this host: {e}"),
+                    Ok(_) => "given up by this host at a commit boundary".into(),
+                };
+                tracing::warn!(pipeline = %self.id(), "{why}");
+                if inner.wanted == Wanted::Run {
+                    self.set_state(&mut inner, State::Standby, Some(why));
+                }
+                return;
+            }
+        }
         match result {
             Ok(_) if inner.restart || inner.wanted != Wanted::Run => {
                 // Stopped on purpose: the loop decides what is next.

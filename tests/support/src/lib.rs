@@ -20,6 +20,8 @@
 
 pub mod batches;
 pub mod command;
+#[cfg(feature = "serve")]
+pub mod etcd;
 #[cfg(feature = "host")]
 pub mod expect;
 pub mod kill;

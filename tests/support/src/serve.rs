@@ -149,13 +149,15 @@ impl Tenant {
 struct HostFile {
     listen: String,
     state_dir: &'static str,
-    pipelines_dir: &'static str,
+    pipelines_dir: String,
     watch_interval_ms: u64,
     shutdown_grace_ms: u64,
     operator_token_env: &'static str,
     restart: Restart,
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     admin: serde_json::Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<serde_json::Map<String, Value>>,
     tenants: BTreeMap<String, TenantEntry>,
 }
 
@@ -198,9 +200,37 @@ pub struct ServeHostBuilder {
     log_filter: String,
     admin: serde_json::Map<String, Value>,
     max_open_files: Option<u64>,
+    cluster: Option<serde_json::Map<String, Value>>,
+    shared: Option<PathBuf>,
 }
 
 impl ServeHostBuilder {
+    /// Joins the cluster on `etcd` as host `name`: the host file's
+    /// `cluster:` with these and the settings a test gives with
+    /// [`ServeHostBuilder::cluster_setting`].
+    pub fn cluster(mut self, endpoint: &str, name: &str) -> Self {
+        let mut section = serde_json::Map::new();
+        section.insert("endpoints".into(), Value::from(vec![endpoint.to_string()]));
+        section.insert("name".into(), Value::from(name));
+        self.cluster = Some(section);
+        self
+    }
+
+    /// Sets `cluster.<key>` (after [`ServeHostBuilder::cluster`]).
+    pub fn cluster_setting(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.cluster
+            .as_mut()
+            .expect("cluster() first")
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// Puts the pipelines folder and the tenants' roots under `dir`, which
+    /// the cluster's hosts share (each keeps its own state folder).
+    pub fn shared(mut self, dir: &Path) -> Self {
+        self.shared = Some(dir.to_path_buf());
+        self
+    }
     /// Adds a tenant.
     pub fn tenant(mut self, tenant: Tenant) -> Self {
         self.tenants.push(tenant);
@@ -269,7 +299,10 @@ impl ServeHostBuilder {
                 tenant.name.clone(),
                 TenantEntry {
                     token_env: tenant.token_env(),
-                    root: tenant.root(),
+                    root: match &self.shared {
+                        Some(shared) => shared.join(tenant.root()).display().to_string(),
+                        None => tenant.root(),
+                    },
                     max_pipelines: tenant.max_pipelines,
                     max_memory_mb: tenant.max_memory_mb,
                     max_stored_mb: tenant.max_stored_mb,
@@ -284,13 +317,21 @@ impl ServeHostBuilder {
                 },
             );
             // Where the tenant's pipelines name their plugins.
-            std::fs::create_dir_all(dir.path().join("pipelines").join(&tenant.name))
+            let base = self
+                .shared
+                .clone()
+                .unwrap_or_else(|| dir.path().to_path_buf());
+            std::fs::create_dir_all(base.join("pipelines").join(&tenant.name))
                 .expect("the tenant's pipelines folder");
         }
         let host_file = HostFile {
             listen: format!("127.0.0.1:{port}"),
             state_dir: "state",
-            pipelines_dir: "pipelines",
+            pipelines_dir: match &self.shared {
+                Some(shared) => shared.join("pipelines").display().to_string(),
+                None => "pipelines".into(),
+            },
+            cluster: self.cluster.clone(),
             watch_interval_ms: self.watch_interval_ms,
             shutdown_grace_ms: self.shutdown_grace_ms,
             operator_token_env: OPERATOR_TOKEN_ENV,
@@ -328,6 +369,7 @@ impl ServeHostBuilder {
             .build()
             .into();
         let mut host = ServeHost {
+            shared: self.shared.clone(),
             dir,
             child,
             exited: None,
@@ -345,6 +387,8 @@ impl ServeHostBuilder {
 /// A running `weir serve`, killed when dropped.
 pub struct ServeHost {
     dir: tempfile::TempDir,
+    /// The folder the cluster's hosts share, if any.
+    shared: Option<PathBuf>,
     child: Child,
     exited: Option<ExitStatus>,
     port: u16,
@@ -403,6 +447,8 @@ impl ServeHost {
             log_filter: "info".into(),
             admin: serde_json::Map::new(),
             max_open_files: None,
+            cluster: None,
+            shared: None,
         }
     }
 
@@ -441,12 +487,18 @@ impl ServeHost {
     /// `<pipelines_dir>/<tenant>/`: the watched folder of the tenant's
     /// pipeline files, where their plugin paths are resolved.
     pub fn pipelines_dir(&self, tenant: &str) -> PathBuf {
-        self.dir().join("pipelines").join(tenant)
+        self.base().join("pipelines").join(tenant)
+    }
+
+    /// Where the pipelines and the tenants' data lie: the shared folder of
+    /// a cluster, or the host's own.
+    fn base(&self) -> &Path {
+        self.shared.as_deref().unwrap_or(self.dir.path())
     }
 
     /// The tenant's root: every blob store of its sinks lies in it.
     pub fn tenant_root(&self, tenant: &str) -> PathBuf {
-        self.dir().join("data").join(tenant)
+        self.base().join("data").join(tenant)
     }
 
     /// Where a sink whose blob store `url` is relative (by default its
@@ -593,6 +645,23 @@ impl ServeHost {
         }
     }
 
+    /// Kills `weir serve` at once (SIGKILL), as a machine that dies.
+    pub fn sigkill(&mut self) {
+        crate::etcd::signal(self.child.id(), libc::SIGKILL);
+        let _ = self.child.wait().map(|status| self.exited = Some(status));
+    }
+
+    /// Stops `weir serve` where it is (SIGSTOP), as a stalled machine: it
+    /// holds its connections and does nothing until [`ServeHost::sigcont`].
+    pub fn sigstop(&self) {
+        crate::etcd::signal(self.child.id(), libc::SIGSTOP);
+    }
+
+    /// Lets a stopped `weir serve` go on (SIGCONT).
+    pub fn sigcont(&self) {
+        crate::etcd::signal(self.child.id(), libc::SIGCONT);
+    }
+
     /// Sends SIGTERM to `weir serve`.
     pub fn sigterm(&self) {
         let pid = libc::pid_t::try_from(self.child.id()).expect("a pid fits pid_t");
@@ -703,6 +772,7 @@ impl ServeHost {
 impl Drop for ServeHost {
     fn drop(&mut self) {
         if self.try_exit().is_none() {
+            self.sigcont();
             let _ = self.child.kill();
             let _ = self.child.wait();
         }

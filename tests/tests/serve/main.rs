@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cluster;
 mod hardening;
 mod hot_swap;
 mod ops;

@@ -29,6 +29,13 @@ pub enum StoreError {
     Io { path: PathBuf, detail: String },
     #[error("pipeline `{pipeline}` has used every fencing epoch; it cannot start again")]
     EpochsExhausted { pipeline: String },
+    /// This run may no longer write: another owner took the pipeline, or
+    /// this host could lose it before a commit ends.
+    #[error("pipeline `{pipeline}` is no longer this run's to commit: {detail}")]
+    Fenced { pipeline: String, detail: String },
+    /// A store shared by several hosts could not be reached or read.
+    #[error("the position store: {0}")]
+    Shared(String),
 }
 
 /// One position to write or clear.
@@ -69,4 +76,12 @@ pub trait PositionStore: Send {
 
     /// Every position stored for a pipeline.
     fn list(&self, pipeline: &str) -> Result<Vec<Stored>, StoreError>;
+
+    /// Whether this run may still begin a commit. A store shared by several
+    /// hosts refuses once this host could lose the pipeline before the
+    /// commit ends; the embedded store is one host's, and always agrees.
+    fn may_commit(&self, pipeline: &str) -> Result<(), StoreError> {
+        let _ = pipeline;
+        Ok(())
+    }
 }

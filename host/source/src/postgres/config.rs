@@ -174,6 +174,10 @@ pub struct PostgresSettings {
     /// The process's I/O runtime, which the source's query connection runs
     /// on (its replication client has a thread of its own).
     pub io: tokio::runtime::Handle,
+    /// The run holds a fenced claim on the pipeline (a cluster's new owner):
+    /// a walsender an earlier owner left on the slot is ended rather than
+    /// waited out, since that owner can no longer commit.
+    pub take_over_slot: bool,
 }
 
 #[cfg(test)]

@@ -57,6 +57,8 @@ struct Context {
     tables: Tables,
     schema_file: SchemaFile,
     emitted: Emitted,
+    /// See [`PostgresSettings::take_over_slot`].
+    take_over_slot: bool,
 }
 
 /// The last position handed on (at first, the resume point): nothing at or
@@ -102,6 +104,7 @@ impl PostgresSource {
             append_tables,
             state_dir,
             io,
+            take_over_slot,
         } = settings;
         let mut session = Session::new(&config.dsn, config.reconnect_timeout(), io)?;
         let schema_file = SchemaFile::new(&state_dir, &config.slot);
@@ -119,6 +122,7 @@ impl PostgresSource {
                 tables,
                 schema_file,
                 emitted: Emitted::default(),
+                take_over_slot,
             },
         })
     }

@@ -318,13 +318,21 @@ impl Stream {
             check_slot_and_publication(&mut cx.session, &cx.config, &cx.emitted)
                 .map_err(ConnectError::Setup)?;
             let cfg = replication_config(cx.session.dsn(), &cx.config, acked);
-            cx.reader
+            let connected = cx
+                .reader
                 .block_on(async {
                     let mut client = ReplicationClient::connect(cfg).await?;
                     client.wait_started().await?;
                     Ok(client)
                 })
-                .map_err(ConnectError::Replication)
+                .map_err(ConnectError::Replication);
+            if let Err(ConnectError::Replication(e)) = &connected
+                && cx.take_over_slot
+                && sqlstate(e) == Some(SqlState::OBJECT_IN_USE)
+            {
+                end_slot_holder(&mut cx.session, &cx.config.slot);
+            }
+            connected
         };
         let client = attempt
             .retry(
@@ -603,6 +611,27 @@ impl ConnectError {
             || sqlstate(e).is_some_and(|code| {
                 code == SqlState::OBJECT_IN_USE || code == SqlState::CANNOT_CONNECT_NOW
             })
+    }
+}
+
+/// Ends the walsender that holds `slot`: an earlier owner's, which can no
+/// longer commit (the caller holds a fenced claim). Its failure is only
+/// logged: the retry that follows says what still stands in the way.
+fn end_slot_holder(session: &mut super::session::Session, slot: &str) {
+    let literal = slot.replace('\'', "''");
+    let sql = format!(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+         WHERE slot_name = '{literal}' AND active_pid IS NOT NULL"
+    );
+    match session.execute(
+        "ending the walsender an earlier owner left on the slot",
+        &sql,
+    ) {
+        Ok(()) => tracing::warn!(
+            %slot,
+            "ended the walsender an earlier owner of this pipeline left on the slot"
+        ),
+        Err(e) => tracing::warn!(%slot, "cannot end the walsender holding the slot: {e}"),
     }
 }
 

@@ -1,0 +1,316 @@
+//! `weir serve` on three hosts sharing one etcd (docs/cluster.md): every
+//! pipeline runs on one host at a time, moves when its host dies, stalls
+//! or leaves, and no host that lost a pipeline lands a write. Each test
+//! ends with every destination compared with the generator's oracle:
+//! exact (nothing lost, nothing twice) for the positioned sink.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common;
+use common::etcd::Etcd;
+use common::*;
+
+const T: &str = "acme";
+const SINK: &str = "lake";
+/// Short enough that failovers fit a test, long enough for a busy
+/// machine's renewals: renewed every 600 ms, commits stop 2 s after the
+/// last renewal etcd confirmed.
+const LEASE_TTL_S: u64 = 3;
+const PLACEMENT_DELAY_MS: u64 = 500;
+/// Long enough to outlast every fault a test makes; a test lifts the pace
+/// once the fault is over, and the streams run to their end.
+const CHANGES: u64 = 30_000;
+const PACE_US: u64 = 1_000;
+
+struct Cluster {
+    etcd: Etcd,
+    _shared: tempfile::TempDir,
+    shared: std::path::PathBuf,
+    hosts: Vec<ServeHost>,
+    names: Vec<String>,
+}
+
+impl Cluster {
+    fn start(hosts: usize, lease_ttl_s: u64) -> Cluster {
+        let etcd = Etcd::start();
+        let shared = tempfile::tempdir().expect("a shared folder");
+        let path = shared.path().to_path_buf();
+        let names: Vec<String> = (0..hosts).map(|n| format!("host-{n}")).collect();
+        let hosts = names
+            .iter()
+            .map(|name| host(&etcd, &path, name, lease_ttl_s))
+            .collect();
+        Cluster {
+            etcd,
+            _shared: shared,
+            shared: path,
+            hosts,
+            names,
+        }
+    }
+
+    fn deploy(&self, via: usize, pipelines: &[(&str, u64)], pace_us: u64) {
+        let host = &self.hosts[via];
+        for (name, seed) in pipelines {
+            let pipeline = paced_positioned(name, SINK, *seed, CHANGES, pace_us);
+            let reply = host.deploy(T, &pipeline, host.token(T));
+            assert!(reply.is_success(), "deploying {name}: {reply}");
+        }
+    }
+
+    /// The host etcd says owns `pipeline`, if any.
+    fn owner(&self, pipeline: &str) -> Option<usize> {
+        let name = self
+            .etcd
+            .get(&format!("/weir/assignments/{T}/{pipeline}"))?;
+        self.names.iter().position(|n| *n == name)
+    }
+
+    /// Waits until `pipeline` runs on a host other than `not_on` and has
+    /// taken changes there; returns that host.
+    fn running_elsewhere(&self, pipeline: &str, not_on: Option<usize>, bound: Duration) -> usize {
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(owner) = self.owner(pipeline).filter(|o| Some(*o) != not_on) {
+                let host = &self.hosts[owner];
+                let status = host.status(T, pipeline, host.operator_token());
+                if status["state"] == "running" && status["live"]["changes"].as_u64() > Some(0) {
+                    return owner;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{pipeline} does not run on another host than {not_on:?} after {bound:?}; etcd: {:?}",
+                self.etcd.list("/weir/")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Lifts the pace, waits until each pipeline finished on its owner, and
+    /// compares its destination with the oracle.
+    fn finish_exact(&self, via: usize, pipelines: &[(&str, u64)]) {
+        self.deploy(via, pipelines, 0);
+        for (name, seed) in pipelines {
+            let deadline = Instant::now() + Duration::from_secs(240);
+            loop {
+                let finished = self.owner(name).is_some_and(|owner| {
+                    let host = &self.hosts[owner];
+                    host.status(T, name, host.operator_token())["state"] == "finished"
+                });
+                if finished {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} did not finish; etcd: {:?}",
+                    self.etcd.list("/weir/assignments/")
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let root = self.shared.join("data").join(T).join(name).join(SINK);
+            assert_positioned_exact(&root, &expected_state(*seed, CHANGES));
+        }
+    }
+}
+
+fn host(etcd: &Etcd, shared: &Path, name: &str, lease_ttl_s: u64) -> ServeHost {
+    ServeHost::builder()
+        .tenant(Tenant::new(T))
+        .cluster(&etcd.endpoint(), name)
+        .cluster_setting("lease_ttl_s", lease_ttl_s)
+        .cluster_setting("placement_delay_ms", PLACEMENT_DELAY_MS)
+        .cluster_setting("request_timeout_ms", 800)
+        .shared(shared)
+        .start()
+}
+
+#[test]
+fn a_killed_hosts_pipelines_run_elsewhere_and_end_exact() {
+    let mut cluster = Cluster::start(3, LEASE_TTL_S);
+    let pipelines = [("p0", 301), ("p1", 302), ("p2", 303)];
+    cluster.deploy(0, &pipelines, PACE_US);
+    for (name, _) in &pipelines {
+        cluster.running_elsewhere(name, None, Duration::from_secs(60));
+    }
+    let victim = cluster.owner("p0").expect("p0 has an owner");
+    let moved: Vec<&str> = pipelines
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| cluster.owner(name) == Some(victim))
+        .collect();
+    cluster.hosts[victim].sigkill();
+    let killed = Instant::now();
+    for name in &moved {
+        let now_on = cluster.running_elsewhere(name, Some(victim), Duration::from_secs(60));
+        eprintln!(
+            "{name}: runs on {} {:.1} s after host {victim} was killed (lease {LEASE_TTL_S} s, \
+             placement delay {PLACEMENT_DELAY_MS} ms)",
+            cluster.names[now_on],
+            killed.elapsed().as_secs_f64()
+        );
+    }
+    let survivor = (0..3).find(|h| *h != victim).expect("a survivor");
+    cluster.finish_exact(survivor, &pipelines);
+}
+
+#[test]
+fn a_stalled_host_lands_nothing_after_its_pipelines_moved() {
+    let cluster = Cluster::start(3, LEASE_TTL_S);
+    let pipelines = [("z0", 311), ("z1", 312)];
+    cluster.deploy(0, &pipelines, PACE_US);
+    for (name, _) in &pipelines {
+        cluster.running_elsewhere(name, None, Duration::from_secs(60));
+    }
+    let zombie = cluster.owner("z0").expect("z0 has an owner");
+    let committed_before = {
+        let host = &cluster.hosts[zombie];
+        host.status(T, "z0", host.operator_token())["live"]["changes"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    assert!(committed_before > 0, "z0 took no change before the stall");
+    cluster.hosts[zombie].sigstop();
+    let now_on = cluster.running_elsewhere("z0", Some(zombie), Duration::from_secs(60));
+    // The new owner commits; then the zombie wakes, mid-run, believing it
+    // still holds z0.
+    let new_owner = &cluster.hosts[now_on];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while new_owner.status(T, "z0", new_owner.operator_token())["live"]["batches_committed"]
+        .as_u64()
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(Instant::now() < deadline, "z0's new owner commits nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cluster.hosts[zombie].sigcont();
+    let zombie_host = &cluster.hosts[zombie];
+    zombie_host.wait_for_state(T, "z0", "standby", Duration::from_secs(30));
+    let log = zombie_host.log();
+    assert!(
+        log.contains("giving up") || log.contains("no longer this run's"),
+        "the zombie's log says nothing of giving z0 up:\n{}",
+        zombie_host.log_tail(40)
+    );
+    assert_eq!(cluster.owner("z0"), Some(now_on), "the zombie took z0 back");
+    cluster.finish_exact(now_on, &pipelines);
+}
+
+#[test]
+fn sigterm_hands_pipelines_over_without_waiting_for_the_lease() {
+    // A lease far longer than a hand-over may take: a move within it came
+    // from the leaving host, not from its lease running out.
+    const LONG_LEASE_S: u64 = 30;
+    let mut cluster = Cluster::start(2, LONG_LEASE_S);
+    let pipelines = [("h0", 321), ("h1", 322)];
+    cluster.deploy(0, &pipelines, PACE_US);
+    for (name, _) in &pipelines {
+        cluster.running_elsewhere(name, None, Duration::from_secs(60));
+    }
+    let leaving = cluster.owner("h0").expect("h0 has an owner");
+    let staying = 1 - leaving;
+    let sent = Instant::now();
+    cluster.hosts[leaving].sigterm();
+    let status = cluster.hosts[leaving].wait_exit(Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the leaving host did not exit cleanly: {status:?}"
+    );
+    cluster.running_elsewhere("h0", Some(leaving), Duration::from_secs(LONG_LEASE_S / 2));
+    eprintln!(
+        "h0 runs on the other host {:.1} s after SIGTERM (lease {LONG_LEASE_S} s)",
+        sent.elapsed().as_secs_f64()
+    );
+    cluster.finish_exact(staying, &pipelines);
+}
+
+#[test]
+fn every_host_stops_committing_while_etcd_is_stalled_and_all_resume() {
+    let cluster = Cluster::start(2, LEASE_TTL_S);
+    let pipelines = [("e0", 331), ("e1", 332)];
+    cluster.deploy(0, &pipelines, PACE_US);
+    for (name, _) in &pipelines {
+        cluster.running_elsewhere(name, None, Duration::from_secs(60));
+    }
+    // What the destination holds, read from the sink's own files: a
+    // commit that landed shows here whatever the host counted.
+    let committed = |name: &str| -> usize {
+        let root = cluster.shared.join("data").join(T).join(name).join(SINK);
+        shop_tables()
+            .iter()
+            .map(|table| changes(table, &read_positioned(&root, &table.name)).len())
+            .sum()
+    };
+    // Committing before the stall, or the test proves nothing.
+    let before: Vec<usize> = pipelines.iter().map(|(n, _)| committed(n)).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let advancing: Vec<usize> = pipelines.iter().map(|(n, _)| committed(n)).collect();
+    assert!(
+        before.iter().zip(&advancing).all(|(b, a)| a > b),
+        "inconclusive: the pipelines were not committing before etcd stalled ({before:?} then {advancing:?})"
+    );
+    cluster.etcd.pause();
+    // Within the time-to-live every host stops on its own clock.
+    std::thread::sleep(Duration::from_secs(LEASE_TTL_S));
+    let frozen: Vec<usize> = pipelines.iter().map(|(n, _)| committed(n)).collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let later: Vec<usize> = pipelines.iter().map(|(n, _)| committed(n)).collect();
+    cluster.etcd.resume();
+    assert_eq!(
+        frozen, later,
+        "a host committed while etcd was stalled past the time-to-live"
+    );
+    for (name, _) in &pipelines {
+        cluster.running_elsewhere(name, None, Duration::from_secs(60));
+    }
+    cluster.finish_exact(0, &pipelines);
+}
+
+#[test]
+fn a_joining_host_takes_pipelines_and_none_moves_twice() {
+    let mut cluster = Cluster::start(2, LEASE_TTL_S);
+    let pipelines = [("j0", 341), ("j1", 342), ("j2", 343), ("j3", 344)];
+    cluster.deploy(0, &pipelines, PACE_US);
+    for (name, _) in &pipelines {
+        cluster.running_elsewhere(name, None, Duration::from_secs(60));
+    }
+    let owners = |cluster: &Cluster| -> Vec<Option<usize>> {
+        pipelines.iter().map(|(n, _)| cluster.owner(n)).collect()
+    };
+    let before = owners(&cluster);
+    assert!(
+        (0..2).all(|h| before.iter().filter(|o| **o == Some(h)).count() == 2),
+        "two hosts do not share four pipelines two and two: {before:?}"
+    );
+    let name = "host-2".to_string();
+    cluster
+        .hosts
+        .push(host(&cluster.etcd, &cluster.shared, &name, LEASE_TTL_S));
+    cluster.names.push(name);
+    // Watch every owner for a while: the new host gets one pipeline, and
+    // no pipeline changes hands more than once.
+    let mut moves = vec![0usize; pipelines.len()];
+    let mut last = before.clone();
+    let watch_until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < watch_until {
+        let now = owners(&cluster);
+        for (i, (was, is)) in last.iter().zip(&now).enumerate() {
+            if is.is_some() && is != was {
+                moves[i] += 1;
+            }
+        }
+        last = now.iter().zip(&last).map(|(n, l)| n.or(*l)).collect();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        last.contains(&Some(2)),
+        "the joining host got no pipeline: {last:?}"
+    );
+    assert!(
+        moves.iter().all(|m| *m <= 1),
+        "a pipeline moved more than once after one host joined: {moves:?}"
+    );
+    cluster.finish_exact(0, &pipelines);
+}
