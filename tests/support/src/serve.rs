@@ -52,6 +52,7 @@ pub struct Tenant {
     tcp: Vec<String>,
     max_instances: Option<usize>,
     max_sockets: Option<usize>,
+    postgres: Vec<String>,
 }
 
 impl Tenant {
@@ -69,6 +70,7 @@ impl Tenant {
             tcp: Vec::new(),
             max_instances: None,
             max_sockets: None,
+            postgres: Vec::new(),
         }
     }
 
@@ -114,6 +116,13 @@ impl Tenant {
     /// Lets the tenant's sinks be granted HTTP to `pattern`.
     pub fn grant_http(mut self, pattern: &str) -> Self {
         self.http.push(pattern.into());
+        self
+    }
+
+    /// Lets its pipelines read the Postgres servers `pattern` (`host:port`)
+    /// matches (`sources.postgres`).
+    pub fn grant_postgres(mut self, pattern: &str) -> Self {
+        self.postgres.push(pattern.into());
         self
     }
 
@@ -182,6 +191,12 @@ struct TenantEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_sockets: Option<usize>,
     grants: Grants,
+    sources: Sources,
+}
+
+#[derive(Serialize)]
+struct Sources {
+    postgres: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -313,6 +328,9 @@ impl ServeHostBuilder {
                     grants: Grants {
                         http: tenant.http.clone(),
                         tcp: tenant.tcp.clone(),
+                    },
+                    sources: Sources {
+                        postgres: tenant.postgres.clone(),
                     },
                 },
             );

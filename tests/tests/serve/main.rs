@@ -4,8 +4,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../postgres_support/mod.rs"]
+mod postgres_support;
 
 mod cluster;
+mod cluster_postgres;
 mod hardening;
 mod hot_swap;
 mod ops;
