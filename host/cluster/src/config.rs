@@ -40,6 +40,12 @@ pub struct ClusterConfig {
     pub password_env: Option<String>,
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// A folder every host mounts, where the plugins of the pipelines
+    /// folder are kept by digest. With it, each host's pipelines folder is
+    /// a copy of one set of files kept in etcd (a pipeline applied on any
+    /// host reaches all); without it, the hosts must share one folder.
+    #[serde(default)]
+    pub plugin_store: Option<PathBuf>,
 }
 
 /// TLS to etcd: the CA that signed etcd's certificate, and this host's

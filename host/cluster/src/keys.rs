@@ -9,6 +9,7 @@
 //! | `assignments/<tenant>/<pipeline>` | its owner's name, on the owner's lease | the owner |
 //! | `epochs/<tenant>/<pipeline>` | the fencing epoch, decimal | each claim and run |
 //! | `positions/<tenant>/<pipeline>/<sink>/<table>` | the position's bytes | the owner, under its epoch |
+//! | `files/<tenant>/<file>` | a pipelines-folder file: its digest, and a pipeline file's text | the host where it changed |
 
 use std::fmt;
 
@@ -105,6 +106,15 @@ impl Keys {
 
     pub fn assignment(&self, id: &PipelineId) -> String {
         format!("{}{id}", self.assignments())
+    }
+
+    /// The files of the tenants' pipelines folders (with a plugin store).
+    pub fn files(&self) -> String {
+        format!("{}/files/", self.prefix)
+    }
+
+    pub fn file(&self, tenant: &str, file: &str) -> String {
+        format!("{}{tenant}/{file}", self.files())
     }
 
     pub fn epoch(&self, id: &PipelineId) -> String {

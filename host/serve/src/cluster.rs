@@ -17,6 +17,7 @@ use weir_cluster::claims::Claim;
 use weir_cluster::placement::{Placer, View, Weight};
 use weir_cluster::{ClusterError, Keys, PipelineId, Session};
 
+use crate::mirror::Mirror;
 use crate::server::Server;
 use crate::supervisor::{Held, Slot};
 
@@ -25,6 +26,8 @@ const TICK: Duration = Duration::from_millis(250);
 
 pub struct Agent {
     session: Arc<Session>,
+    /// With a plugin store: the pipelines folders kept alike through etcd.
+    mirror: Option<Mirror>,
     placer: Mutex<Placer>,
     /// What this host last wrote under `pipelines/`, to write only changes.
     registered: Mutex<BTreeMap<PipelineId, Weight>>,
@@ -47,11 +50,12 @@ struct Snapshot {
 }
 
 impl Agent {
-    pub fn new(session: Arc<Session>) -> Arc<Agent> {
+    pub fn new(session: Arc<Session>, mirror: Option<Mirror>) -> Arc<Agent> {
         let config = session.config();
         let placer = Placer::new(config.placement_delay(), config.max_moves_per_minute);
         Arc::new(Agent {
             session,
+            mirror,
             placer: Mutex::new(placer),
             registered: Mutex::new(BTreeMap::new()),
             claims: Mutex::new(BTreeMap::new()),
@@ -105,6 +109,9 @@ impl Agent {
     }
 
     fn tick(&self, server: &Server) -> Result<(), ClusterError> {
+        if let Some(mirror) = &self.mirror {
+            mirror.sync()?;
+        }
         let slots: BTreeMap<PipelineId, Arc<Slot>> = server
             .slots()
             .into_iter()

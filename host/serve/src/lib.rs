@@ -15,6 +15,7 @@ pub mod api;
 pub mod cluster;
 pub mod connections;
 pub mod host_file;
+pub mod mirror;
 pub mod policy;
 pub mod server;
 pub mod supervisor;
@@ -103,7 +104,22 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
     ));
     tracing::info!(%listen, "weir serve: admin API listening");
 
-    let agent = session.map(cluster::Agent::new);
+    let agent = session.map(|session| {
+        let mirror = server
+            .host
+            .cluster
+            .as_ref()
+            .and_then(|c| c.plugin_store.as_ref())
+            .map(|store| {
+                mirror::Mirror::new(
+                    session.clone(),
+                    server.host.resolve(store),
+                    pipelines_dir.clone(),
+                    server.host.tenants.keys().cloned().collect(),
+                )
+            });
+        cluster::Agent::new(session, mirror)
+    });
     if let Some(agent) = &agent {
         let agent = agent.clone();
         let server = server.clone();
@@ -197,7 +213,22 @@ fn check_apart(
     pipelines_dir: &Path,
 ) -> Result<(), String> {
     let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+    let plugin_store = host
+        .cluster
+        .as_ref()
+        .and_then(|c| c.plugin_store.as_ref())
+        .map(|store| host.resolve(store));
     for (name, tenant) in tenants {
+        if let Some(store) = &plugin_store
+            && overlap(&tenant.root, store)
+        {
+            return Err(format!(
+                "{}: tenants.{name}.root ({}) overlaps cluster.plugin_store ({})",
+                host.file.display(),
+                tenant.root.display(),
+                store.display()
+            ));
+        }
         for (what, place) in [("state_dir", state_dir), ("pipelines_dir", pipelines_dir)] {
             if overlap(&tenant.root, place) {
                 return Err(format!(

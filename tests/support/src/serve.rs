@@ -217,9 +217,18 @@ pub struct ServeHostBuilder {
     max_open_files: Option<u64>,
     cluster: Option<serde_json::Map<String, Value>>,
     shared: Option<PathBuf>,
+    own_pipelines: bool,
 }
 
 impl ServeHostBuilder {
+    /// Keeps this host's pipelines folder its own (under its folder) even
+    /// with [`ServeHostBuilder::shared`]: only the tenants' data is shared,
+    /// and a cluster's plugin store keeps the folders alike.
+    pub fn own_pipelines_folder(mut self) -> Self {
+        self.own_pipelines = true;
+        self
+    }
+
     /// Joins the cluster on `etcd` as host `name`: the host file's
     /// `cluster:` with these and the settings a test gives with
     /// [`ServeHostBuilder::cluster_setting`].
@@ -338,6 +347,7 @@ impl ServeHostBuilder {
             let base = self
                 .shared
                 .clone()
+                .filter(|_| !self.own_pipelines)
                 .unwrap_or_else(|| dir.path().to_path_buf());
             std::fs::create_dir_all(base.join("pipelines").join(&tenant.name))
                 .expect("the tenant's pipelines folder");
@@ -346,8 +356,10 @@ impl ServeHostBuilder {
             listen: format!("127.0.0.1:{port}"),
             state_dir: "state",
             pipelines_dir: match &self.shared {
-                Some(shared) => shared.join("pipelines").display().to_string(),
-                None => "pipelines".into(),
+                Some(shared) if !self.own_pipelines => {
+                    shared.join("pipelines").display().to_string()
+                }
+                _ => "pipelines".into(),
             },
             cluster: self.cluster.clone(),
             watch_interval_ms: self.watch_interval_ms,
@@ -388,6 +400,7 @@ impl ServeHostBuilder {
             .into();
         let mut host = ServeHost {
             shared: self.shared.clone(),
+            own_pipelines: self.own_pipelines,
             dir,
             child,
             exited: None,
@@ -407,6 +420,8 @@ pub struct ServeHost {
     dir: tempfile::TempDir,
     /// The folder the cluster's hosts share, if any.
     shared: Option<PathBuf>,
+    /// The pipelines folder is this host's own even with `shared`.
+    own_pipelines: bool,
     child: Child,
     exited: Option<ExitStatus>,
     port: u16,
@@ -467,6 +482,7 @@ impl ServeHost {
             max_open_files: None,
             cluster: None,
             shared: None,
+            own_pipelines: false,
         }
     }
 
@@ -505,7 +521,12 @@ impl ServeHost {
     /// `<pipelines_dir>/<tenant>/`: the watched folder of the tenant's
     /// pipeline files, where their plugin paths are resolved.
     pub fn pipelines_dir(&self, tenant: &str) -> PathBuf {
-        self.base().join("pipelines").join(tenant)
+        let base = if self.own_pipelines {
+            self.dir.path()
+        } else {
+            self.base()
+        };
+        base.join("pipelines").join(tenant)
     }
 
     /// Where the pipelines and the tenants' data lie: the shared folder of

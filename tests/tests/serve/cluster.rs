@@ -4,6 +4,7 @@
 //! ends with every destination compared with the generator's oracle:
 //! exact (nothing lost, nothing twice) for the positioned sink.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -313,4 +314,114 @@ fn a_joining_host_takes_pipelines_and_none_moves_twice() {
         "a pipeline moved more than once after one host joined: {moves:?}"
     );
     cluster.finish_exact(0, &pipelines);
+}
+
+#[test]
+fn with_a_plugin_store_a_pipeline_applied_on_one_host_reaches_every_hosts_folder() {
+    let etcd = Etcd::start();
+    let shared = tempfile::tempdir().expect("a shared folder");
+    let store = shared.path().join("plugin-store");
+    let hosts: Vec<ServeHost> = (0..3)
+        .map(|n| {
+            ServeHost::builder()
+                .tenant(Tenant::new(T))
+                .cluster(&etcd.endpoint(), &format!("host-{n}"))
+                .cluster_setting("lease_ttl_s", LEASE_TTL_S)
+                .cluster_setting("placement_delay_ms", PLACEMENT_DELAY_MS)
+                .cluster_setting("request_timeout_ms", 800)
+                .cluster_setting("plugin_store", store.display().to_string())
+                .shared(shared.path())
+                .own_pipelines_folder()
+                .start()
+        })
+        .collect();
+    let pipelines = [("m0", 351), ("m1", 352), ("m2", 353)];
+    for (name, seed) in &pipelines {
+        let pipeline = paced_positioned(name, SINK, *seed, CHANGES, PACE_US);
+        let reply = hosts[0].deploy(T, &pipeline, hosts[0].token(T));
+        assert!(reply.is_success(), "deploying {name}: {reply}");
+    }
+    // Every host's own folder gets the pipeline files and the plugin.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for host in &hosts {
+        for file in [
+            "m0.yaml",
+            "m1.yaml",
+            "m2.yaml",
+            "weir_fixture_positioned.wasm",
+        ] {
+            let path = host.pipelines_dir(T).join(file);
+            while !path.exists() {
+                assert!(
+                    Instant::now() < deadline,
+                    "{} never appeared",
+                    path.display()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    // Placed over all three hosts, each runs from its own copy.
+    let owner = |name: &str| -> Option<usize> {
+        let host = etcd.get(&format!("/weir/assignments/{T}/{name}"))?;
+        host.strip_prefix("host-")?.parse().ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let running = pipelines.iter().all(|(name, _)| {
+            owner(name).is_some_and(|o| {
+                hosts[o].status(T, name, hosts[o].operator_token())["state"] == "running"
+            })
+        });
+        if running {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every pipeline runs: {:?}",
+            etcd.list("/weir/")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let owners: BTreeSet<Option<usize>> = pipelines.iter().map(|(n, _)| owner(n)).collect();
+    assert!(
+        owners.len() > 1,
+        "every pipeline runs on one host, so no copy was used: {owners:?}"
+    );
+    // Deleted through another host, it goes from every folder.
+    let reply = hosts[1].delete(T, "m2", hosts[1].token(T));
+    assert!(reply.is_success(), "deleting m2: {reply}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for host in &hosts {
+        let path = host.pipelines_dir(T).join("m2.yaml");
+        while path.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{} was not removed",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // The rest run to their end, exact.
+    for (name, seed) in &pipelines[..2] {
+        let pipeline = paced_positioned(name, SINK, *seed, CHANGES, 0);
+        let reply = hosts[2].deploy(T, &pipeline, hosts[2].token(T));
+        assert!(reply.is_success(), "lifting {name}'s pace: {reply}");
+    }
+    for (name, seed) in &pipelines[..2] {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let finished = owner(name).is_some_and(|o| {
+                hosts[o].status(T, name, hosts[o].operator_token())["state"] == "finished"
+            });
+            if finished {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} did not finish");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let root = shared.path().join("data").join(T).join(name).join(SINK);
+        assert_positioned_exact(&root, &expected_state(*seed, CHANGES));
+    }
 }
