@@ -6,7 +6,7 @@
 //! Everything here reads and writes etcd through [`weir_cluster`]; what a
 //! slot does with a claim is the supervisor's.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -42,7 +42,8 @@ pub struct Agent {
 
 /// What one look at etcd found.
 struct Snapshot {
-    members: BTreeSet<String>,
+    /// Each member and its admin address.
+    members: BTreeMap<String, String>,
     pipelines: BTreeMap<PipelineId, Weight>,
     placements: BTreeMap<PipelineId, String>,
     /// Owner and the lease it holds it on.
@@ -198,7 +199,10 @@ impl Agent {
             members: members
                 .kvs()
                 .iter()
-                .filter_map(|kv| kv.key().strip_prefix(keys.members().as_bytes()).map(text))
+                .filter_map(|kv| {
+                    let host = kv.key().strip_prefix(keys.members().as_bytes())?;
+                    Some((text(host), text(kv.value())))
+                })
                 .collect(),
             pipelines: pipelines
                 .kvs()
@@ -267,7 +271,7 @@ impl Agent {
             return Ok(());
         }
         let view = View {
-            members: snapshot.members.clone(),
+            members: snapshot.members.keys().cloned().collect(),
             pipelines: snapshot.pipelines.clone(),
             placements: snapshot.placements.clone(),
         };
@@ -368,7 +372,12 @@ impl Agent {
             }
             if placed != Some(me) {
                 let why = match (assigned, placed) {
-                    (Some((owner, _)), _) => format!("runs on `{owner}`"),
+                    (Some((owner, _)), _) => match snapshot.members.get(owner) {
+                        Some(address) => format!(
+                            "runs on `{owner}`; its status is there (admin API at {address})"
+                        ),
+                        None => format!("runs on `{owner}`"),
+                    },
                     (None, Some(host)) => format!("placed on `{host}`"),
                     (None, None) => "waiting to be placed on a host".to_string(),
                 };

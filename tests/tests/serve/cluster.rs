@@ -154,6 +154,44 @@ fn a_killed_hosts_pipelines_run_elsewhere_and_end_exact() {
     }
     let survivor = (0..3).find(|h| *h != victim).expect("a survivor");
     cluster.finish_exact(survivor, &pipelines);
+
+    // A host that does not run p0 says which host does, and where to ask.
+    let owner = cluster.owner("p0").expect("p0 has an owner");
+    let other = (0..3)
+        .find(|h| *h != victim && *h != owner)
+        .expect("a third host");
+    let status = cluster.hosts[other].status(T, "p0", cluster.hosts[other].operator_token());
+    let reason = status["reason"].as_str().unwrap_or_default();
+    assert!(
+        status["state"] == "standby"
+            && reason.contains(&cluster.names[owner])
+            && reason.contains(&cluster.hosts[owner].base_url().replace("http://", "")),
+        "a host not running p0 does not name its owner: {status}"
+    );
+    // Each host's metrics show its part: claims, renewals, assignments.
+    let metrics = cluster.hosts[owner].get_with("/metrics", cluster.hosts[owner].operator_token());
+    assert_eq!(metrics.code, 200, "{metrics}");
+    for series in [
+        "weir_cluster_claims_total ",
+        "weir_cluster_lease_renewals_total{outcome=\"renewed\"}",
+        "weir_cluster_lease_renewal_duration_seconds_count",
+        "weir_cluster_leader ",
+    ] {
+        assert!(
+            metrics.body.contains(series),
+            "no {series} in:\n{}",
+            metrics.body
+        );
+    }
+    let held = metrics
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix("weir_cluster_assignments "))
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    assert!(
+        held >= Some(1),
+        "the owner of p0 reports {held:?} assignments"
+    );
 }
 
 #[test]
