@@ -5,9 +5,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod chaos;
 mod cluster;
 mod hardening;
 mod hot_swap;
 mod ops;
 mod shared_resources;
 mod tenants;
+mod test_cluster;
