@@ -202,6 +202,8 @@ pub struct Outcome {
     pub not_made: Option<String>,
     /// From the fault to the moment every pipeline had committed after it.
     pub recovery: Option<Duration>,
+    /// The cluster is in no state to go on (a host did not start again).
+    halted: bool,
 }
 
 /// Each pipeline's commits as the destinations show them, sampled on a
@@ -439,7 +441,8 @@ fn three_hosts_stay_exact_under_a_seeded_storm_of_kills_stops_terms_and_etcd_sta
                     (None, None) => "the pipelines did not all commit again".into(),
                 }
             );
-            let stuck = outcome.not_made.is_none() && outcome.recovery.is_none();
+            let stuck =
+                outcome.halted || (outcome.not_made.is_none() && outcome.recovery.is_none());
             findings.outcomes.push(outcome);
             if stuck {
                 healthy = false;
@@ -502,6 +505,7 @@ fn make(
         },
         not_made: None,
         recovery: None,
+        halted: false,
     };
     let victim = match victim {
         Some(index) => index,
@@ -580,12 +584,19 @@ fn make(
             cluster_ref.hosts[victim].sigcont();
         }
         let recovered = wait_until_all_past(progress, &baseline, RECOVERY_BOUND);
-        let fresh = fresh.map(|thread| thread.join().expect("a fresh host starts"));
-        (recovered, fresh)
+        (recovered, fresh.map(|thread| thread.join()))
     });
     let (recovered, fresh) = recovered;
-    if let Some(host) = fresh {
-        cluster.hosts[victim] = host;
+    match fresh {
+        Some(Ok(host)) => cluster.hosts[victim] = host,
+        Some(Err(_)) => {
+            problems.push(format!(
+                "fault {number}: {} did not start again (its log is above)",
+                outcome.victim
+            ));
+            outcome.halted = true;
+        }
+        None => {}
     }
     match recovered {
         Some(at) => outcome.recovery = Some(at.saturating_duration_since(fault)),
