@@ -60,6 +60,52 @@ pub fn assert_table_matches(label: &str, expected: &ExpectedState, table: &str, 
     );
 }
 
+/// How a destination differs from the oracle, counted over every table
+/// rather than stopping at the first difference.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OracleDifferences {
+    /// Changes held more than once (same position).
+    pub duplicates: usize,
+    /// Keys the oracle has that the destination lacks: changes lost.
+    pub missing: usize,
+    /// Keys the destination has that the oracle does not.
+    pub extra: usize,
+    /// Keys both have, with other values: a change that never arrived, or
+    /// one applied out of order.
+    pub differing: usize,
+}
+
+impl OracleDifferences {
+    pub fn none(&self) -> bool {
+        *self == OracleDifferences::default()
+    }
+}
+
+/// Compares every generator table of a positioned-fixture root with the
+/// oracle, counting the differences.
+pub fn positioned_differences(root: &Path, expected: &ExpectedState) -> OracleDifferences {
+    let mut found = OracleDifferences::default();
+    for table in shop_tables() {
+        let reduced = reduce(&table, changes(&table, &read_positioned(root, &table.name)));
+        let want = &expected.tables[&table.name];
+        found.duplicates += reduced.duplicates;
+        found.missing += want
+            .keys()
+            .filter(|k| !reduced.state.contains_key(*k))
+            .count();
+        found.extra += reduced
+            .state
+            .keys()
+            .filter(|k| !want.contains_key(*k))
+            .count();
+        found.differing += want
+            .iter()
+            .filter(|(k, v)| reduced.state.get(*k).is_some_and(|held| held != *v))
+            .count();
+    }
+    found
+}
+
 /// Checks every generator table of a positioned-fixture root against the
 /// oracle: exact contents and no change applied twice.
 pub fn assert_positioned_exact(root: &Path, expected: &ExpectedState) {

@@ -6,7 +6,10 @@ use rand_chacha::ChaCha8Rng;
 /// Kill delays for crash tests, from a fresh seed so every run probes other
 /// moments, or from `WEIR_CRASH_SEED` to replay one; the seed is printed
 /// either way.
-pub struct KillSchedule(ChaCha8Rng);
+pub struct KillSchedule {
+    seed: u64,
+    random: ChaCha8Rng,
+}
 
 impl KillSchedule {
     /// Seeded by `WEIR_CRASH_SEED` when set, else randomly.
@@ -16,12 +19,33 @@ impl KillSchedule {
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(rand::random);
         println!("kill schedule seed: {seed} (set WEIR_CRASH_SEED to replay it)");
-        KillSchedule(ChaCha8Rng::seed_from_u64(seed))
+        KillSchedule {
+            seed,
+            random: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// The seed, to derive what else a replay must repeat (the workload).
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// A delay in `low..high` milliseconds.
     pub fn next_ms(&mut self, low: u64, high: u64) -> u64 {
-        self.0.random_range(low..high)
+        self.random.random_range(low..high)
+    }
+
+    /// One of `weights.len()` choices, each as likely as its weight.
+    pub fn weighted(&mut self, weights: &[u32]) -> usize {
+        let total: u32 = weights.iter().sum();
+        let mut drawn = self.random.random_range(0..total);
+        for (choice, weight) in weights.iter().enumerate() {
+            if drawn < *weight {
+                return choice;
+            }
+            drawn -= weight;
+        }
+        unreachable!("a draw below the total falls in one weight")
     }
 }
 

@@ -45,12 +45,13 @@ pub use command::{
 };
 #[cfg(feature = "host")]
 pub use expect::{
-    Reduced, assert_parquet_complete, assert_positioned_exact, assert_table_matches, reduce,
+    OracleDifferences, Reduced, assert_parquet_complete, assert_positioned_exact,
+    assert_table_matches, positioned_differences, reduce,
 };
 pub use kill::{KillSchedule, depth};
 pub use pipeline::{PipelineBuilder, SinkBuilder, TableMode};
 #[cfg(feature = "host")]
-pub use read::{ReadChange, changes, read_parquet, read_positioned, value_at};
+pub use read::{PositionedCommits, ReadChange, changes, read_parquet, read_positioned, value_at};
 #[cfg(feature = "serve")]
 pub use serve::{Reply, ServeHost, Tenant, sha256_hex, with_custom_section, with_extra_memories};
 #[cfg(feature = "host")]

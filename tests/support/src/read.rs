@@ -112,3 +112,36 @@ pub fn changes(table: &TableSchema, batches: &[RecordBatch]) -> Vec<ReadChange> 
     }
     out
 }
+
+/// How many commits the positioned fixture made under one root, over every
+/// generator table, read cheaply enough to poll: the fixture writes commit
+/// `n` of a table as `<table>/<n, 20 digits>.arrow` and never skips a
+/// number, so each poll only looks for the files after the last one seen.
+pub struct PositionedCommits {
+    root: PathBuf,
+    /// Per table: its name and the highest commit number seen.
+    tables: Vec<(String, u64)>,
+}
+
+impl PositionedCommits {
+    pub fn new(root: &Path) -> Self {
+        PositionedCommits {
+            root: root.to_path_buf(),
+            tables: weir_source::generator::oracle::shop_tables()
+                .iter()
+                .map(|table| (table.name.clone(), 0))
+                .collect(),
+        }
+    }
+
+    /// The commits made so far, over every table.
+    pub fn count(&mut self) -> u64 {
+        for (table, seen) in &mut self.tables {
+            let dir = self.root.join(table.as_str());
+            while dir.join(format!("{:020}.arrow", *seen + 1)).exists() {
+                *seen += 1;
+            }
+        }
+        self.tables.iter().map(|(_, seen)| seen).sum()
+    }
+}

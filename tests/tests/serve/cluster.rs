@@ -5,127 +5,12 @@
 //! exact (nothing lost, nothing twice) for the positioned sink.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::test_cluster::{CHANGES, Cluster, LEASE_TTL_S, PACE_US, PLACEMENT_DELAY_MS, SINK, T};
 use common::etcd::Etcd;
 use common::*;
-
-const T: &str = "acme";
-const SINK: &str = "lake";
-/// Short enough that failovers fit a test, long enough for a busy
-/// machine's renewals: renewed every 600 ms, commits stop 2 s after the
-/// last renewal etcd confirmed.
-const LEASE_TTL_S: u64 = 3;
-const PLACEMENT_DELAY_MS: u64 = 500;
-/// Long enough to outlast every fault a test makes; a test lifts the pace
-/// once the fault is over, and the streams run to their end.
-const CHANGES: u64 = 30_000;
-const PACE_US: u64 = 1_000;
-
-struct Cluster {
-    etcd: Etcd,
-    _shared: tempfile::TempDir,
-    shared: std::path::PathBuf,
-    hosts: Vec<ServeHost>,
-    names: Vec<String>,
-}
-
-impl Cluster {
-    fn start(hosts: usize, lease_ttl_s: u64) -> Cluster {
-        let etcd = Etcd::start();
-        let shared = tempfile::tempdir().expect("a shared folder");
-        let path = shared.path().to_path_buf();
-        let names: Vec<String> = (0..hosts).map(|n| format!("host-{n}")).collect();
-        let hosts = names
-            .iter()
-            .map(|name| host(&etcd, &path, name, lease_ttl_s))
-            .collect();
-        Cluster {
-            etcd,
-            _shared: shared,
-            shared: path,
-            hosts,
-            names,
-        }
-    }
-
-    fn deploy(&self, via: usize, pipelines: &[(&str, u64)], pace_us: u64) {
-        let host = &self.hosts[via];
-        for (name, seed) in pipelines {
-            let pipeline = paced_positioned(name, SINK, *seed, CHANGES, pace_us);
-            let reply = host.deploy(T, &pipeline, host.token(T));
-            assert!(reply.is_success(), "deploying {name}: {reply}");
-        }
-    }
-
-    /// The host etcd says owns `pipeline`, if any.
-    fn owner(&self, pipeline: &str) -> Option<usize> {
-        let name = self
-            .etcd
-            .get(&format!("/weir/assignments/{T}/{pipeline}"))?;
-        self.names.iter().position(|n| *n == name)
-    }
-
-    /// Waits until `pipeline` runs on a host other than `not_on` and has
-    /// taken changes there; returns that host.
-    fn running_elsewhere(&self, pipeline: &str, not_on: Option<usize>, bound: Duration) -> usize {
-        let deadline = Instant::now() + bound;
-        loop {
-            if let Some(owner) = self.owner(pipeline).filter(|o| Some(*o) != not_on) {
-                let host = &self.hosts[owner];
-                let status = host.status(T, pipeline, host.operator_token());
-                if status["state"] == "running" && status["live"]["changes"].as_u64() > Some(0) {
-                    return owner;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{pipeline} does not run on another host than {not_on:?} after {bound:?}; etcd: {:?}",
-                self.etcd.list("/weir/")
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Lifts the pace, waits until each pipeline finished on its owner, and
-    /// compares its destination with the oracle.
-    fn finish_exact(&self, via: usize, pipelines: &[(&str, u64)]) {
-        self.deploy(via, pipelines, 0);
-        for (name, seed) in pipelines {
-            let deadline = Instant::now() + Duration::from_secs(240);
-            loop {
-                let finished = self.owner(name).is_some_and(|owner| {
-                    let host = &self.hosts[owner];
-                    host.status(T, name, host.operator_token())["state"] == "finished"
-                });
-                if finished {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{name} did not finish; etcd: {:?}",
-                    self.etcd.list("/weir/assignments/")
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let root = self.shared.join("data").join(T).join(name).join(SINK);
-            assert_positioned_exact(&root, &expected_state(*seed, CHANGES));
-        }
-    }
-}
-
-fn host(etcd: &Etcd, shared: &Path, name: &str, lease_ttl_s: u64) -> ServeHost {
-    ServeHost::builder()
-        .tenant(Tenant::new(T))
-        .cluster(&etcd.endpoint(), name)
-        .cluster_setting("lease_ttl_s", lease_ttl_s)
-        .cluster_setting("placement_delay_ms", PLACEMENT_DELAY_MS)
-        .cluster_setting("request_timeout_ms", 800)
-        .shared(shared)
-        .start()
-}
 
 #[test]
 fn a_killed_hosts_pipelines_run_elsewhere_and_end_exact() {
@@ -276,7 +161,7 @@ fn every_host_stops_committing_while_etcd_is_stalled_and_all_resume() {
     // What the destination holds, read from the sink's own files: a
     // commit that landed shows here whatever the host counted.
     let committed = |name: &str| -> usize {
-        let root = cluster.shared.join("data").join(T).join(name).join(SINK);
+        let root = cluster.sink_root(name);
         shop_tables()
             .iter()
             .map(|table| changes(table, &read_positioned(&root, &table.name)).len())
@@ -323,11 +208,7 @@ fn a_joining_host_takes_pipelines_and_none_moves_twice() {
         (0..2).all(|h| before.iter().filter(|o| **o == Some(h)).count() == 2),
         "two hosts do not share four pipelines two and two: {before:?}"
     );
-    let name = "host-2".to_string();
-    cluster
-        .hosts
-        .push(host(&cluster.etcd, &cluster.shared, &name, LEASE_TTL_S));
-    cluster.names.push(name);
+    cluster.join("host-2");
     // Watch every owner for a while: the new host gets one pipeline, and
     // no pipeline changes hands more than once.
     let mut moves = vec![0usize; pipelines.len()];

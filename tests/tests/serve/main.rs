@@ -7,6 +7,7 @@ mod common;
 #[path = "../postgres_support/mod.rs"]
 mod postgres_support;
 
+mod chaos;
 mod cluster;
 mod cluster_postgres;
 mod hardening;
@@ -14,3 +15,4 @@ mod hot_swap;
 mod ops;
 mod shared_resources;
 mod tenants;
+mod test_cluster;

@@ -59,13 +59,29 @@ pub fn list(
 
 /// The bytes of every file physically under `root`, links not followed:
 /// what the root holds, for the sink's quota.
+///
+/// Others may write under the root while it is counted: the other hosts
+/// of a cluster share a tenant's root, and a commit writes a temporary
+/// file, links it into place and removes it. A file or folder gone between
+/// the listing and the look at it counts nothing, rather than failing the
+/// count (and with it a host's start or a sink's first write).
 pub fn stored_bytes(root: &Path) -> std::io::Result<u64> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     let mut total = 0u64;
     let mut folders = vec![root.to_path_buf()];
     while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder)? {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(entries) => entries,
+            Err(e) if gone(&e) && folder != root => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
             let entry = entry?;
-            let meta = entry.metadata()?;
+            let meta = match entry.metadata() {
+                Ok(meta) => meta,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
             if meta.is_dir() {
                 folders.push(entry.path());
             } else if meta.is_file() {
@@ -115,7 +131,13 @@ impl Walk<'_> {
                     self.enter(&entry.path(), &path, canonical)?;
                 }
             } else if kind.is_file() && path.starts_with(self.prefix) {
-                let size = entry.metadata().map_err(WalkError::Io)?.len();
+                // Removed since the listing (by another writer of the
+                // root): not there any more, so not listed.
+                let size = match entry.metadata() {
+                    Ok(meta) => meta.len(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(WalkError::Io(e)),
+                };
                 self.found.push(ObjectMeta { path, size });
             }
         }
