@@ -2,7 +2,7 @@
 //! where none exists, with its fencing epoch raised in the same
 //! transaction; and the epoch itself, which every later write compares.
 
-use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 
 use weir_core::commit::MAX_EPOCH;
 
@@ -32,6 +32,41 @@ pub struct StoredEpoch {
 const EPOCH_RACES: usize = 8;
 
 impl Session {
+    /// Runs `txn`; whether its compares held. `what` names it in errors.
+    pub fn transact(&self, txn: Txn, what: &str) -> Result<bool, ClusterError> {
+        let mut client = self.client();
+        self.wait(async {
+            client
+                .txn(txn)
+                .await
+                .map(|done| done.succeeded())
+                .map_err(|e| self.error_of(what, e))
+        })
+    }
+
+    /// Every key under `prefix`, as the rest of the key after it (keys that
+    /// are not UTF-8 are left out), with its value.
+    pub fn under(&self, prefix: &str, what: &str) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
+        let mut client = self.client();
+        let found = self.wait(async {
+            client
+                .get(prefix, Some(GetOptions::new().with_prefix()))
+                .await
+                .map_err(|e| self.error_of(what, e))
+        })?;
+        Ok(found
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let rest = kv.key().strip_prefix(prefix.as_bytes())?;
+                Some((
+                    std::str::from_utf8(rest).ok()?.to_string(),
+                    kv.value().to_vec(),
+                ))
+            })
+            .collect())
+    }
+
     pub async fn read_epoch(&self, id: &PipelineId) -> Result<StoredEpoch, ClusterError> {
         let key = self.keys().epoch(id);
         let found = self

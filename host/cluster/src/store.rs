@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use weir_core::position::Position;
 use weir_pipeline::store::{Entry, PositionStore, StoreError, Stored};
@@ -119,17 +119,11 @@ impl EtcdStore {
                 epoch.to_string(),
                 None,
             )]);
-            let mut client = self.session.client();
-            let done = self
+            if self
                 .session
-                .wait(async {
-                    client
-                        .txn(txn)
-                        .await
-                        .map_err(|e| self.session.error_of("raising an epoch", e))
-                })
-                .map_err(shared)?;
-            if done.succeeded() {
+                .transact(txn, "raising an epoch")
+                .map_err(shared)?
+            {
                 self.set_epoch(epoch);
                 return Ok(epoch);
             }
@@ -225,17 +219,11 @@ impl PositionStore for EtcdStore {
             })
             .collect();
         let txn = Txn::new().when(compares).and_then(operations);
-        let mut client = self.session.client();
-        let done = self
+        if self
             .session
-            .wait(async {
-                client
-                    .txn(txn)
-                    .await
-                    .map_err(|e| self.session.error_of("writing positions", e))
-            })
-            .map_err(shared)?;
-        if done.succeeded() {
+            .transact(txn, "writing positions")
+            .map_err(shared)?
+        {
             Ok(())
         } else {
             Err(self.why_refused())
@@ -245,32 +233,19 @@ impl PositionStore for EtcdStore {
     fn list(&self, pipeline: &str) -> Result<Vec<Stored>, StoreError> {
         self.check_pipeline(pipeline)?;
         let prefix = self.session.keys().positions(&self.id);
-        let mut client = self.session.client();
-        let found = self
-            .session
-            .wait(async {
-                client
-                    .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-                    .await
-                    .map_err(|e| self.session.error_of("listing positions", e))
-            })
-            .map_err(shared)?;
         let mut out = Vec::new();
-        for kv in found.kvs() {
-            let Some(rest) = kv
-                .key()
-                .strip_prefix(prefix.as_bytes())
-                .and_then(|rest| std::str::from_utf8(rest).ok())
-            else {
-                continue;
-            };
+        for (rest, value) in self
+            .session
+            .under(&prefix, "listing positions")
+            .map_err(shared)?
+        {
             let Some((sink, table)) = rest.split_once('/') else {
                 continue;
             };
             out.push(Stored {
                 sink: sink.to_string(),
                 table: table.to_string(),
-                position: Position::from_bytes(kv.value().to_vec()),
+                position: Position::from_bytes(value),
             });
         }
         Ok(out)

@@ -291,14 +291,8 @@ impl Agent {
                 Some(to) => TxnOp::put(key, to.as_str(), None),
                 None => TxnOp::delete(key, None),
             };
-            let mut client = self.session.client();
-            let done = self.session.wait(async {
-                client
-                    .txn(Txn::new().when(guard).and_then([write]))
-                    .await
-                    .map_err(|e| self.session.error_of("placing a pipeline", e))
-            })?;
-            if !done.succeeded() {
+            let txn = Txn::new().when(guard).and_then([write]);
+            if !self.session.transact(txn, "placing a pipeline")? {
                 return Ok(());
             }
             tracing::info!(
@@ -435,14 +429,7 @@ impl Agent {
                     TxnOp::delete(keys.assignment(&id), None),
                     TxnOp::delete(placement, None),
                 ]);
-            let mut client = self.session.client();
-            self.session.wait(async {
-                client
-                    .txn(txn)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| self.session.error_of("handing a pipeline over", e))
-            })?;
+            self.session.transact(txn, "handing a pipeline over")?;
             tracing::info!(pipeline = %id, host = %me, "cluster: handed over");
         }
         self.session.leave()

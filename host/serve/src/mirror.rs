@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use weir_cluster::etcd_client::GetOptions;
 use weir_cluster::keys::check_segment;
 use weir_cluster::{ClusterError, Session};
 
@@ -114,35 +113,25 @@ impl Mirror {
 
     fn read_remote(&self) -> Result<BTreeMap<FileKey, Remote>, ClusterError> {
         let prefix = self.session.keys().files();
-        let mut client = self.session.client();
-        let found = self.session.wait(async {
-            client
-                .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-                .await
-                .map_err(|e| self.session.error_of("reading the pipelines folders", e))
-        })?;
         let mut out = BTreeMap::new();
-        for kv in found.kvs() {
-            let Some(rest) = kv
-                .key()
-                .strip_prefix(prefix.as_bytes())
-                .and_then(|rest| std::str::from_utf8(rest).ok())
-            else {
-                continue;
-            };
+        for (rest, value) in self
+            .session
+            .under(&prefix, "reading the pipelines folders")?
+        {
             let Some((tenant, file)) = rest.split_once('/') else {
                 continue;
             };
             if !self.tenants.iter().any(|t| t == tenant) || check_segment(file).is_err() {
                 continue;
             }
-            match serde_json::from_slice::<Remote>(kv.value()) {
+            match serde_json::from_slice::<Remote>(&value) {
                 Ok(remote) => {
                     out.insert((tenant.to_string(), file.to_string()), remote);
                 }
-                Err(e) => {
-                    tracing::warn!(%tenant, %file, "cluster: etcd holds an unreadable file entry: {e}")
-                }
+                Err(e) => tracing::warn!(
+                    %tenant, %file,
+                    "cluster: etcd holds an unreadable file entry: {e}"
+                ),
             }
         }
         Ok(out)
