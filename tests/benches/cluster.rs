@@ -326,14 +326,14 @@ fn failover(cluster: &mut Cluster, kills: u64) {
     println!(
         "  {}",
         spread(
-            "  of which SIGKILL to the assignment gone with the lease",
+            "  on the way, SIGKILL to the assignment gone with the lease",
             samples.iter().filter_map(|s| s.lease_gone).collect()
         )
     );
     println!(
         "  {}",
         spread(
-            "  of which SIGKILL to the claim by another host",
+            "  on the way, SIGKILL to the claim by another host",
             samples.iter().filter_map(|s| s.claimed).collect()
         )
     );
