@@ -71,7 +71,7 @@ fn default_prefix() -> String {
     "/weir".into()
 }
 fn default_placement_delay_ms() -> u64 {
-    5_000
+    3_000
 }
 fn default_max_moves_per_minute() -> u32 {
     60

@@ -344,3 +344,146 @@ fn with_a_plugin_store_a_pipeline_applied_on_one_host_reaches_every_hosts_folder
         assert_positioned_exact(&root, &expected_state(*seed, CHANGES));
     }
 }
+
+/// A known gap (docs/cluster.md, "What is not promised"): a positioned
+/// sink compares a commit's epoch with the epoch of its newest commit, so
+/// the old owner's commit, begun before its lease ran out and frozen inside
+/// the sink, lands when it wakes if the new owner has recovered but not yet
+/// committed to that table; the new owner then commits the same changes
+/// again. gdb freezes both hosts at the exact steps: the old owner where
+/// its sink moves a commit object (with rows) into place, the new owner at
+/// its first commit after taking the pipeline over.
+#[test]
+#[ignore = "reproduces a known gap (a frozen in-flight commit lands after the move: duplicates); needs gdb"]
+fn a_commit_frozen_until_the_pipeline_moved_lands_nothing() {
+    let cluster = Cluster::start(2, LEASE_TTL_S);
+    let pipelines = [("g0", 361)];
+    cluster.deploy(0, &pipelines, PACE_US);
+    let old = cluster.running_elsewhere("g0", None, Duration::from_secs(60));
+    let heir = 1 - old;
+    let mut heir_links = LinkBreakpoint::attach(cluster.hosts[heir].pid());
+    let mut old_links = LinkBreakpoint::attach(cluster.hosts[old].pid());
+    // Frozen inside a commit that carries rows: the lease check and the
+    // sink's epoch check are behind it.
+    let frozen = loop {
+        let object = old_links.next_hit(Duration::from_secs(30));
+        let rows = rows_in(&object);
+        if rows > 0 {
+            break object;
+        }
+        old_links.go_on();
+    };
+    eprintln!(
+        "the old owner is frozen linking {} ({} rows)",
+        frozen.display(),
+        rows_in(&frozen)
+    );
+    // Past the lease and the placement delay the heir claims g0, recovers
+    // from what the sink says and stops at its first commit.
+    heir_links.next_hit(Duration::from_secs(60));
+    assert_eq!(cluster.owner("g0"), Some(heir), "the heir does not hold g0");
+    old_links.release();
+    std::thread::sleep(Duration::from_secs(1));
+    heir_links.release();
+    cluster.finish_exact(heir, &pipelines);
+}
+
+/// gdb attached to a `weir serve`, with a breakpoint where the process is
+/// about to hard-link a file (glibc's `linkat`): how the positioned sink's
+/// `put_if_absent` moves a commit object into place. At the breakpoint gdb
+/// holds every thread of the process until told to go on.
+struct LinkBreakpoint {
+    gdb: std::process::Child,
+    stdin: std::process::ChildStdin,
+    output: std::sync::mpsc::Receiver<String>,
+}
+
+impl LinkBreakpoint {
+    fn attach(pid: u32) -> LinkBreakpoint {
+        use std::io::BufRead as _;
+        use std::process::{Command, Stdio};
+        let mut gdb = Command::new("gdb")
+            .args(["-q", "-nx", "-p", &pid.to_string()])
+            .args(["-ex", "set pagination off", "-ex", "set confirm off"])
+            // wasmtime's traps are signals: let every one through unseen.
+            .args(["-ex", "handle all nostop noprint pass"])
+            .args(["-ex", "break linkat", "-ex", "continue"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gdb runs");
+        let stdin = gdb.stdin.take().expect("gdb's stdin");
+        let stdout = gdb.stdout.take().expect("gdb's stdout");
+        let (lines, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut breakpoint = LinkBreakpoint { gdb, stdin, output };
+        breakpoint.wait_for("Continuing.", Duration::from_secs(60));
+        breakpoint
+    }
+
+    fn wait_for(&mut self, text: &str, bound: Duration) -> String {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.output.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("gdb did not say `{text}` within {bound:?}: {e}"),
+            }
+        }
+    }
+
+    fn send(&mut self, command: &str) {
+        use std::io::Write as _;
+        writeln!(self.stdin, "{command}").expect("a command to gdb");
+        self.stdin.flush().expect("a command to gdb");
+    }
+
+    /// Waits until the process is about to link a file; returns the file.
+    fn next_hit(&mut self, bound: Duration) -> std::path::PathBuf {
+        self.wait_for("Breakpoint 1,", bound);
+        // linkat(olddirfd, oldpath, ...): the second argument, in rsi.
+        self.send("x/s $rsi");
+        let line = self.wait_for("\"", Duration::from_secs(10));
+        let path = line
+            .split_once('"')
+            .and_then(|(_, rest)| rest.rsplit_once('"'))
+            .map(|(path, _)| path.to_string())
+            .expect("a quoted path");
+        std::path::PathBuf::from(path)
+    }
+
+    fn go_on(&mut self) {
+        self.send("continue");
+    }
+
+    /// Lets the process go on for good.
+    fn release(mut self) {
+        self.send("detach");
+        self.send("quit");
+        let _ = self.gdb.wait();
+    }
+}
+
+impl Drop for LinkBreakpoint {
+    fn drop(&mut self) {
+        let _ = self.gdb.kill();
+    }
+}
+
+/// The rows of a positioned sink's commit object (an Arrow IPC file).
+fn rows_in(object: &std::path::Path) -> usize {
+    let file = std::fs::File::open(object).unwrap_or_else(|e| panic!("{}: {e}", object.display()));
+    arrow_ipc::reader::FileReader::try_new(file, None)
+        .unwrap_or_else(|e| panic!("{}: {e}", object.display()))
+        .map(|batch| batch.map_or(0, |b| b.num_rows()))
+        .sum()
+}

@@ -1,6 +1,7 @@
 //! `weir serve`: tenants and their bounds, the admin API and `weir ctl`,
-//! the watched folder, metrics, plugins swapped while pipelines run, and
-//! the bounds a hostile client or tenant meets.
+//! the watched folder, metrics, plugins swapped while pipelines run, the
+//! bounds a hostile client or tenant meets, and hosts sharing pipelines
+//! through etcd (with the chaos run).
 
 #[path = "../common/mod.rs"]
 mod common;

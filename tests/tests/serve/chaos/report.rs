@@ -59,9 +59,11 @@ pub fn render(findings: &Findings) -> String {
     .unwrap();
     writeln!(
         out,
-        "   replay: scripts/cluster-chaos --seed {} --faults {} (the schedule replays; the \
-         timing around it does not)",
-        findings.seed, findings.spec_faults
+        "   replay: scripts/cluster-chaos --seed {} --faults {} --pipelines {} (the schedule \
+         replays; the timing around it does not)",
+        findings.seed,
+        findings.spec_faults,
+        findings.pipelines.len()
     )
     .unwrap();
     writeln!(
