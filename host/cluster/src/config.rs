@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::keys::check_segment;
+use crate::keys::check_name;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,7 +99,7 @@ impl ClusterConfig {
                 ));
             }
         }
-        check_segment(&self.name).map_err(|e| format!("{at}.name: {e}"))?;
+        check_name(&format!("{at}.name"), &self.name)?;
         if !(2..=300).contains(&self.lease_ttl_s) {
             return Err(format!(
                 "{at}.lease_ttl_s: {} is out of range (2 to 300 seconds)",

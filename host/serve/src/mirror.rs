@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use weir_cluster::keys::check_segment;
+use weir_cluster::keys::check_name;
 use weir_cluster::{ClusterError, Session};
 
 use crate::server::MAX_PIPELINE_FILE;
@@ -98,15 +98,17 @@ impl Mirror {
                 self.publish(key, here)
             };
             match outcome {
-                Ok(now) => match now {
-                    Some(digest) => agreed.insert(key.clone(), digest),
-                    None => agreed.remove(key),
-                },
-                Err(e) => {
-                    tracing::warn!(tenant = %key.0, file = %key.1, "cluster: cannot mirror the file: {e}");
-                    continue;
+                Ok(Some(digest)) => {
+                    agreed.insert(key.clone(), digest);
                 }
-            };
+                Ok(None) => {
+                    agreed.remove(key);
+                }
+                Err(e) => tracing::warn!(
+                    tenant = %key.0, file = %key.1,
+                    "cluster: cannot mirror the file: {e}"
+                ),
+            }
         }
         Ok(())
     }
@@ -121,7 +123,7 @@ impl Mirror {
             let Some((tenant, file)) = rest.split_once('/') else {
                 continue;
             };
-            if !self.tenants.iter().any(|t| t == tenant) || check_segment(file).is_err() {
+            if !self.tenants.iter().any(|t| t == tenant) || check_name("file", file).is_err() {
                 continue;
             }
             match serde_json::from_slice::<Remote>(&value) {
@@ -278,7 +280,7 @@ impl Mirror {
 
 /// Pipeline files and plugins, not hidden files or partial copies.
 fn mirrored(file: &str) -> bool {
-    check_segment(file).is_ok()
+    check_name("file", file).is_ok()
         && [".yaml", ".yml", ".wasm"]
             .iter()
             .any(|ext| file.ends_with(ext))

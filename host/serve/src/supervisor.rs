@@ -486,7 +486,6 @@ impl Slot {
                 self.set_state(&mut inner, State::Starting, None);
                 (effective(&inner), control, inner.held)
             };
-            let (config, control, held) = (config, control, held);
             let open_store = context.cluster.clone().zip(held).map(|(session, held)| {
                 let id = weir_cluster::PipelineId::new(&self.tenant.name, &self.name);
                 move |_: &PipelineConfig| -> Result<Box<dyn weir_pipeline::store::PositionStore>, _> {
