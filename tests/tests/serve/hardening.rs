@@ -605,12 +605,28 @@ fn connections_over_the_per_client_cap_are_closed_unanswered() {
             .unwrap();
         read_answer(stream, Duration::from_secs(30))
     };
-    // Every connection of the cap answered and kept open.
-    let mut held: Vec<TcpStream> = (0..PER_CLIENT).map(|_| connect(&host)).collect();
-    for (i, stream) in held.iter_mut().enumerate() {
-        let answer = ask(stream);
-        assert_eq!(answer.map(|a| a.0), Some(200), "connection {i} of the cap");
-    }
+    // Every connection of the cap answered and kept open. The start-up
+    // probe's connection counts until the host has seen it close, which a
+    // loaded machine may delay: a full set is tried again for a while
+    // before the cap is judged too small.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut held: Vec<TcpStream> = loop {
+        let mut held: Vec<TcpStream> = (0..PER_CLIENT).map(|_| connect(&host)).collect();
+        let unanswered = held
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, stream)| (ask(stream).map(|a| a.0) != Some(200)).then_some(i));
+        match unanswered {
+            None => break held,
+            Some(i) if Instant::now() >= deadline => {
+                panic!("connection {i} of the cap of {PER_CLIENT} was not answered")
+            }
+            Some(_) => {
+                drop(held);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
     let mut over = connect(&host);
     let answer = ask(&mut over);
     assert!(
