@@ -1,5 +1,5 @@
-//! Where the built artifacts are (the release `weir` binary, the WASM
-//! plugins) and how tests run `weir`.
+//! Where the built artifacts are (the `weir` binary built with the tests,
+//! the WASM plugins) and how tests run `weir`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,19 +20,34 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace().join("target"))
 }
 
-/// The release `weir` binary (scripts/test builds it before the tests), or
-/// the one `WEIR_BIN` names: pointing the tests at an older build shows
-/// what they catch.
+/// The `weir` binary built with the running test (scripts/test builds both
+/// in one cargo call, in the `release-tests` profile), or the one
+/// `WEIR_BIN` names: pointing the tests at an older build shows what they
+/// catch.
 pub fn weir_bin() -> PathBuf {
     let bin = std::env::var_os("WEIR_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("release/weir"));
+        .unwrap_or_else(|| profile_dir().join("weir"));
     assert!(
         bin.exists(),
-        "{} is missing: run `cargo build --release -p weir` (scripts/test does)",
+        "{} is missing: build it with the tests, `cargo build --bins --tests` \
+         in the same profile (scripts/test does)",
         bin.display()
     );
     bin
+}
+
+/// The folder of the cargo profile the running test binary was built in
+/// (`target/<profile>`): test and bench binaries sit in its `deps` folder.
+/// Outside one (a binary copied elsewhere), the release folder.
+fn profile_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            let deps = exe.parent()?;
+            (deps.file_name()? == "deps").then(|| deps.parent().map(Path::to_path_buf))?
+        })
+        .unwrap_or_else(|| target_dir().join("release"))
 }
 
 /// A plugin built by scripts/build-plugins, by crate name.
