@@ -54,6 +54,35 @@ impl Config {
         }
     }
 
+    /// [`SinkError::Fatal`] naming the first key (in sorted order) that is
+    /// not one of `known`, and the keys that are: call it first in
+    /// [`Sink::open`](crate::Sink::open) so that a misspelt setting stops
+    /// the pipeline at start instead of being silently ignored.
+    ///
+    /// ```
+    /// # use weir_sdk::Config;
+    /// let config = Config::new([("folder", "out"), ("fromat", "csv")]);
+    /// let refused = config.reject_unknown(&["folder", "format"]).unwrap_err();
+    /// assert!(refused.to_string().contains("`fromat` is unknown"));
+    /// ```
+    pub fn reject_unknown(&self, known: &[&str]) -> Result<()> {
+        let Some(key) = self.0.keys().find(|key| !known.contains(&key.as_str())) else {
+            return Ok(());
+        };
+        let allowed = if known.is_empty() {
+            "none".to_string()
+        } else {
+            known
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Err(SinkError::Fatal(format!(
+            "config key `{key}` is unknown (known keys: {allowed})"
+        )))
+    }
+
     /// Every key and value, sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
@@ -103,5 +132,23 @@ mod tests {
             matches!(&e, SinkError::Fatal(m) if m.contains("`b`")),
             "{e}"
         );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_naming_the_key_and_the_known_ones() {
+        let c = Config::new([("folder", "out"), ("fromat", "csv"), ("zz", "1")]);
+        assert!(c.reject_unknown(&["folder", "fromat", "zz"]).is_ok());
+        let e = c.reject_unknown(&["folder", "format"]).unwrap_err();
+        assert!(
+            matches!(&e, SinkError::Fatal(m)
+                if m.contains("`fromat` is unknown") && m.contains("`folder`, `format`")),
+            "{e}"
+        );
+        let e = c.reject_unknown(&[]).unwrap_err();
+        assert!(
+            matches!(&e, SinkError::Fatal(m) if m.contains("`folder` is unknown") && m.contains("none")),
+            "{e}"
+        );
+        assert!(Config::default().reject_unknown(&[]).is_ok());
     }
 }

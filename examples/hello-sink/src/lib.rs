@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use weir_sdk::arrow_array::{ArrayRef, StringArray};
 use weir_sdk::arrow_schema::{DataType, Field, Schema};
-use weir_sdk::{Batch, CommitRequest, RecordBatch, Result, Sink, SinkError, blob};
+use weir_sdk::{Batch, CommitRequest, Config, RecordBatch, Result, Sink, SinkError, blob};
 
 /// The sink; the host creates one with `Default`.
 #[derive(Default)]
@@ -19,6 +19,12 @@ pub struct HelloSink {
 }
 
 impl Sink for HelloSink {
+    // hello-sink has no settings: any key the operator wrote is a mistake
+    // worth stopping the pipeline for, not one to ignore.
+    fn open(&mut self, _pipeline: &str, config: &Config) -> Result<()> {
+        config.reject_unknown(&[])
+    }
+
     fn write(&mut self, batch: Batch) -> Result<()> {
         let table = batch.table.name.clone();
         self.staged.entry(table).or_default().push(batch);

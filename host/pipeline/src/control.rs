@@ -112,6 +112,12 @@ impl Control {
         })
     }
 
+    /// The stop flag itself, for what waits outside the run loop (a
+    /// source waiting for its server) and must give up when it is set.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
     /// Asks the run to stop at the next commit boundary.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);

@@ -110,7 +110,7 @@ pub fn run(
     let factory = SinkFactory::new(host.engine, host.io, metrics.clone(), host.tenant.clone())?;
     let sinks = setup::start_sinks(config, &factory)?;
     let not_started = sinks.not_started();
-    let mut source = setup::make_source(config, options, host.io)?;
+    let mut source = setup::make_source(config, options, host.io, host.control.stop_flag())?;
     let tables = source.tables();
     let descriptions = setup::describe_tables(config, &tables)?;
     let table_names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use weir_contract::{MetadataColumn, Mode};
 
@@ -21,11 +22,13 @@ use weir_source::change::TableSchema;
 use weir_source::generator::{Generator, GeneratorConfig};
 use weir_source::postgres::{PieceLimits, PostgresSettings, PostgresSource};
 
-/// Builds the configured source.
+/// Builds the configured source. `stop` is the run's stop flag: a source
+/// waiting for a server that is away gives up when it is set.
 pub fn make_source(
     config: &PipelineConfig,
     options: &RunOptions,
     io: &tokio::runtime::Handle,
+    stop: Arc<AtomicBool>,
 ) -> Result<Box<dyn Source>, RunError> {
     match &config.source {
         SourceConfig::Postgres(pg) => {
@@ -40,6 +43,7 @@ pub fn make_source(
                 state_dir: config.state_dir(),
                 io: io.clone(),
                 take_over_slot: options.take_over_source,
+                stop,
             };
             // A transaction bigger than a batch is handed on in pieces of
             // a batch, so memory does not grow with it.

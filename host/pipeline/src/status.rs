@@ -4,6 +4,9 @@
 //! The answer is the commit core's own recovery (the sink wins over the
 //! store), so status says exactly what the next run would resume from.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
 use serde::Serialize;
 
 use crate::config::PipelineConfig;
@@ -54,7 +57,10 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
         ))
     })?;
     let engine = WasmEngine::new(&config.cache_dir())?;
-    let mut source = setup::make_source(config, &RunOptions::default(), io)?;
+    // No stop flag to share: `weir status` installs no signal handler, so
+    // Ctrl-C ends it whatever it waits for.
+    let never = Arc::new(AtomicBool::new(false));
+    let mut source = setup::make_source(config, &RunOptions::default(), io, never)?;
     let head = source.head();
     let ceiling = source.ceiling()?;
     let tables = source.tables();

@@ -550,7 +550,9 @@ impl ServeHost {
     /// names it by `file_name`.
     pub fn add_plugin(&self, tenant: &str, file_name: &str, bytes: &[u8]) -> PathBuf {
         let path = self.pipelines_dir(tenant).join(file_name);
-        std::fs::write(&path, bytes)
+        let partial = partial_path(&path);
+        std::fs::write(&partial, bytes)
+            .and_then(|()| std::fs::rename(&partial, &path))
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
         path
     }
@@ -563,12 +565,18 @@ impl ServeHost {
             let name = plugin.file_name().expect("a plugin path names a file");
             let target = self.pipelines_dir(tenant).join(name);
             if plugin.is_absolute() && plugin != target {
-                std::fs::copy(plugin, &target).unwrap_or_else(|e| {
-                    panic!(
-                        "cannot copy {} into the pipelines folder: {e}",
-                        plugin.display()
-                    )
-                });
+                // Copied beside it and renamed into place, as an operator
+                // should: the hosts watching the folder (every host of a
+                // cluster sharing it) must never read a plugin half copied.
+                let partial = partial_path(&target);
+                std::fs::copy(plugin, &partial)
+                    .and_then(|_| std::fs::rename(&partial, &target))
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "cannot copy {} into the pipelines folder: {e}",
+                            plugin.display()
+                        )
+                    });
             }
         }
         let text = pipeline.clone().for_serve().text();
@@ -930,4 +938,15 @@ pub fn with_extra_memories(component: &[u8], count: u32, mib: u32) -> Vec<u8> {
     let mut out = component.to_vec();
     out.extend_from_slice(&extra[8..]);
     out
+}
+
+/// A hidden name beside `path` (the watched folder skips hidden files), to
+/// write a file under before renaming it into place.
+fn partial_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .expect("a file path")
+        .to_string_lossy()
+        .into_owned();
+    path.with_file_name(format!(".{name}.partial-{}", std::process::id()))
 }

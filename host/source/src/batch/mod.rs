@@ -369,12 +369,20 @@ impl Batcher {
             ));
         }
         if !Arc::ptr_eq(&buffer.table, &reads.table) && *buffer.table != *reads.table {
-            return Err(fail(format!(
-                "snapshot rows of shape ({}) where the table is ({})",
-                column_list(&reads.table),
-                column_list(&buffer.table)
-            )));
+            // Added columns the source found before it read the rows (a
+            // column added while it started), carried as for changes; the
+            // rows buffered already are arrays of the old shape, which
+            // cannot be widened here.
+            if !buffer.reads.is_empty() {
+                return Err(fail(format!(
+                    "snapshot rows of shape ({}) where the table is ({})",
+                    column_list(&reads.table),
+                    column_list(&buffer.table)
+                )));
+            }
+            self.evolve(index, &reads.table, &tx.end)?;
         }
+        let buffer = &self.tables[index];
         if reads.columns.len() != buffer.table.columns.len() {
             return Err(fail(format!(
                 "{} arrays of snapshot rows for {} columns",
@@ -518,7 +526,7 @@ impl Batcher {
         if !Arc::ptr_eq(&self.tables[index].table, &change.table)
             && *self.tables[index].table != *change.table
         {
-            self.evolve(index, change)?;
+            self.evolve(index, &change.table, &change.pos)?;
         }
         let table = self.tables[index].table.clone();
         let fail = |reason: String| BatchError {
@@ -544,12 +552,17 @@ impl Batcher {
     /// COLUMN`): from here on the table's batches carry them, as nullable
     /// columns, and the changes already buffered get nulls there. Any other
     /// change of shape is refused: the sink would get wrong data.
-    fn evolve(&mut self, index: usize, change: &Change) -> Result<(), BatchError> {
+    fn evolve(
+        &mut self,
+        index: usize,
+        new: &Arc<TableSchema>,
+        pos: &Position,
+    ) -> Result<(), BatchError> {
         let old = self.tables[index].table.clone();
-        let new = change.table.clone();
+        let new = new.clone();
         let fail = |reason: String| BatchError {
             table: old.name.clone(),
-            pos: change.pos.clone(),
+            pos: pos.clone(),
             reason,
         };
         if new.columns.len() < old.columns.len()

@@ -930,3 +930,61 @@ fn a_column_added_after_snapshot_rows_leaves_them_their_shape() {
     let then = batcher.flush(false).unwrap();
     assert_eq!(then.batches[0].records.num_columns(), 3 + 2);
 }
+
+#[test]
+fn snapshot_rows_of_a_table_widened_before_any_were_read_carry_the_added_column() {
+    // The source found a column added while it started (before the slot's
+    // snapshot): the first rows it reads have the wider shape.
+    let kv = kv();
+    let mut batcher = batcher(vec![kv.clone()], 100);
+    let wider = table(
+        "t.kv",
+        &[
+            ("id", DataType::Int64),
+            ("v", DataType::Utf8),
+            ("w", DataType::Int32),
+        ],
+        &[0],
+    );
+    let reads: Vec<Change> = (0..3)
+        .map(|i| {
+            change(
+                &wider,
+                Op::Read,
+                (1, i),
+                vec![
+                    Value::Int64(i64::from(i)),
+                    Value::Null,
+                    Value::Int32(10 * i as i32),
+                ],
+            )
+        })
+        .collect();
+    assert!(
+        batcher
+            .push(reads_tx(vec![snapshot_rows(&reads)]))
+            .unwrap()
+            .is_empty()
+    );
+    let flush = batcher.flush(false).unwrap();
+    let records = &flush.batches[0].records;
+    assert_eq!(records.num_columns(), 3 + 2);
+    let w = records
+        .column_by_name("w")
+        .expect("the added column")
+        .as_any()
+        .downcast_ref::<arrow_array::Int32Array>()
+        .unwrap();
+    assert_eq!(w.values().to_vec(), vec![0, 10, 20]);
+
+    // Rows of the old shape already buffered are arrays that cannot be
+    // widened: wider rows after them are refused, not given nulls.
+    let (_, mut batcher) = kv_with_reads(2);
+    let later: Vec<Change> = vec![change(
+        &wider,
+        Op::Read,
+        (1, 5),
+        vec![Value::Int64(5), Value::Null, Value::Int32(7)],
+    )];
+    assert!(batcher.push(reads_tx(vec![snapshot_rows(&later)])).is_err());
+}

@@ -4,6 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -178,6 +180,10 @@ pub struct PostgresSettings {
     /// a walsender an earlier owner left on the slot is ended rather than
     /// waited out, since that owner can no longer commit.
     pub take_over_slot: bool,
+    /// Set when the run is asked to stop (a signal, the supervisor): a
+    /// wait for a server that is away ends at once, and so does a
+    /// connection attempt under way.
+    pub stop: Arc<AtomicBool>,
 }
 
 #[cfg(test)]

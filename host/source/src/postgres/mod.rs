@@ -34,7 +34,7 @@ use super::{Source, SourceError};
 use crate::change::{TableSchema, Transaction};
 use backfill::Backfill;
 use reader::ReaderThread;
-use session::Session;
+use session::{Patience, Session};
 use setup::SchemaFile;
 use stream::Stream;
 use table::Tables;
@@ -105,8 +105,14 @@ impl PostgresSource {
             state_dir,
             io,
             take_over_slot,
+            stop,
         } = settings;
-        let mut session = Session::new(&config.dsn, config.reconnect_timeout(), io)?;
+        let mut session = Session::new(
+            &config.dsn,
+            config.reconnect_timeout(),
+            io,
+            Patience::new(stop),
+        )?;
         let schema_file = SchemaFile::new(&state_dir, &config.slot);
         let recorded = schema_file.read();
         let tables = setup::load_tables(&mut session, &config, &append_tables, &recorded)?;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 
-use backon::{BlockingRetryable, ConstantBuilder};
+use backon::BlockingRetryable;
 use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
 use tokio_postgres::error::SqlState;
 
@@ -32,8 +32,6 @@ use weir_core::position::Position;
 
 /// How long to wait for the stream before standing at a heartbeat.
 const IDLE_WAIT: Duration = Duration::from_millis(200);
-/// Pause between attempts to start streaming.
-const RETRY_DELAY: Duration = Duration::from_millis(500);
 /// The most events taken from the replication client's queue at once.
 /// Taking what is ready in one go, rather than one event per wake-up,
 /// keeps the source thread and the client's reader from waking each other
@@ -313,6 +311,7 @@ impl Stream {
     /// predecessor's walsender still holds the slot.
     fn connect(&mut self, cx: &mut Context) -> Result<(), SourceError> {
         let deadline = Instant::now() + cx.config.reconnect_timeout();
+        let patience = cx.session.patience().clone();
         let acked = self.acked;
         let attempt = || -> Result<ReplicationClient, ConnectError> {
             check_slot_and_publication(&mut cx.session, &cx.config, &cx.emitted)
@@ -335,20 +334,25 @@ impl Stream {
             connected
         };
         let client = attempt
-            .retry(
-                ConstantBuilder::new()
-                    .with_delay(RETRY_DELAY)
-                    .without_max_times(),
-            )
-            .when(|e| e.may_clear() && Instant::now() < deadline)
-            .notify(|e, _| tracing::warn!("cannot start streaming yet ({e}); retrying"))
+            .retry(patience.backoff())
+            .sleep(patience.sleeper(deadline))
+            .when(|e| e.may_clear() && Instant::now() < deadline && !patience.stopped())
+            .notify(|e, pause| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                tracing::warn!(
+                    "cannot start streaming yet ({e}); trying again in {:.1} s (giving up in {:.1} s)",
+                    pause.min(left).as_secs_f64(),
+                    left.as_secs_f64()
+                )
+            })
             .call()
             .map_err(|e| match e {
                 ConnectError::Setup(e) => e,
                 ConnectError::Replication(e) => {
                     unavailable("cannot start streaming from the slot", e)
                 }
-            })?;
+            })
+            .map_err(|e| patience.gave_up(e))?;
         self.client = Some(client);
         self.inbox.clear();
         self.decoder.reset();

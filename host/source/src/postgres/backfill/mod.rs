@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use super::Context;
 use super::decode::literal;
 use super::keys::decode_key_texts;
+use super::setup::add_columns_seen_by_snapshot;
 use super::table::Table;
 use crate::SourceError;
 use crate::change::{SnapshotRows, Transaction};
@@ -230,6 +231,15 @@ impl Backfill {
         self.in_snapshot_tx = true;
         self.snapshot_connection = Some(cx.session.connection_number());
         tracing::info!(snapshot = %name, "backfill reads the slot's exported snapshot");
+        // Tried once: read on another connection, the catalog would not be
+        // the snapshot's, and the snapshot is lost with the connection
+        // anyway (the first read notices and stops the run).
+        let (session, tables) = (&mut cx.session, &mut cx.tables);
+        let grew = session
+            .without_waiting(|session| add_columns_seen_by_snapshot(session, &cx.config, tables))?;
+        if grew {
+            cx.schema_file.save(&cx.tables);
+        }
         Ok(())
     }
 

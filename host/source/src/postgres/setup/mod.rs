@@ -25,7 +25,7 @@ pub(super) use schema_file::SchemaFile;
 pub(super) use slot::{
     check_slot_and_publication, confirmed_flush, current_wal_lsn, replication_config,
 };
-pub(super) use tables::load_tables;
+pub(super) use tables::{add_columns_seen_by_snapshot, load_tables};
 
 /// Where the run starts, as [`start`] decided it.
 pub(super) struct Start {

@@ -273,3 +273,82 @@ fn publication_exists(session: &mut Session, publication: &str) -> Result<bool, 
         Box::pin(async move { catalog::publication_exists(c, &p).await })
     })
 }
+
+/// Columns added to the tables between the source reading them (at open)
+/// and the slot's snapshot: `ALTER TABLE ... ADD COLUMN` committed while
+/// weir started (loading its sinks can take seconds). Read inside the
+/// snapshot's transaction, where the catalog is as the snapshot sees it,
+/// and added to the tables, so that the backfill reads those columns and
+/// the stream, which starts after the snapshot, finds the shape it is sent.
+/// Without this the backfill read the older column list, and a value set
+/// in an added column before the snapshot reached no sink: the row arrived
+/// with a null there. Any other change of shape in that window stops the
+/// run, naming the table.
+pub(in crate::postgres) fn add_columns_seen_by_snapshot(
+    session: &mut Session,
+    config: &PostgresConfig,
+    tables: &mut Tables,
+) -> Result<bool, SourceError> {
+    let publication = &config.publication;
+    let published = if publication_exists(session, publication)? {
+        session.query("reading the publication's tables in the snapshot", |c| {
+            let p = publication.clone();
+            Box::pin(async move { catalog::publication_tables(c, &p).await })
+        })?
+    } else {
+        Vec::new()
+    };
+    let mut changed = false;
+    for t in 0..tables.len() {
+        if tables[t].departed.is_some() {
+            continue;
+        }
+        let name = tables[t].info.qualified();
+        let columns = published
+            .iter()
+            .find(|r| r.qualified == name)
+            .or_else(|| published.iter().find(|r| r.root == name))
+            .map(|r| r.columns())
+            .transpose()
+            .map_err(SourceError::Invalid)?
+            .flatten();
+        let Some(seen) = session.query("reading a table's columns in the snapshot", |c| {
+            let n = name.clone();
+            let columns = columns.clone();
+            Box::pin(async move { catalog::load_table(c, &n, columns.as_deref()).await })
+        })?
+        else {
+            return Err(SourceError::Config(format!(
+                "table {name} does not exist in the slot's snapshot: it was dropped while \
+                 weir started; run again"
+            )));
+        };
+        let known = &tables[t].info.columns;
+        let same = |a: &catalog::PgColumn, b: &catalog::PgColumn| {
+            a.name == b.name && a.type_oid == b.type_oid && a.typmod == b.typmod
+        };
+        let grew = seen.columns.len() >= known.len()
+            && known.iter().zip(&seen.columns).all(|(a, b)| same(a, b));
+        if !grew {
+            let list = |columns: &[catalog::PgColumn]| {
+                columns
+                    .iter()
+                    .map(|c| format!("{} {}", c.name, c.sql_type))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(SourceError::Config(format!(
+                "table {name} changed shape while weir started, from ({}) to ({}) in the \
+                 slot's snapshot; only added columns can be carried: run again",
+                list(known),
+                list(&seen.columns)
+            )));
+        }
+        if seen.columns.len() > known.len() {
+            let added = seen.columns[known.len()..].to_vec();
+            tables[t].add_columns(added);
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
