@@ -906,10 +906,9 @@ fn snapshot_rows_that_do_not_fit_their_table_are_refused() {
     );
 }
 
-#[test]
-fn a_column_added_after_snapshot_rows_leaves_them_their_shape() {
-    let (_, mut batcher) = kv_with_reads(2);
-    let wider = table(
+/// `t.kv` with a column `w` added.
+fn kv_widened() -> Arc<TableSchema> {
+    table(
         "t.kv",
         &[
             ("id", DataType::Int64),
@@ -917,7 +916,13 @@ fn a_column_added_after_snapshot_rows_leaves_them_their_shape() {
             ("w", DataType::Int32),
         ],
         &[0],
-    );
+    )
+}
+
+#[test]
+fn a_column_added_after_snapshot_rows_leaves_them_their_shape() {
+    let (_, mut batcher) = kv_with_reads(2);
+    let wider = kv_widened();
     let change = change(
         &wider,
         Op::Insert,
@@ -937,15 +942,7 @@ fn snapshot_rows_of_a_table_widened_before_any_were_read_carry_the_added_column(
     // snapshot): the first rows it reads have the wider shape.
     let kv = kv();
     let mut batcher = batcher(vec![kv.clone()], 100);
-    let wider = table(
-        "t.kv",
-        &[
-            ("id", DataType::Int64),
-            ("v", DataType::Utf8),
-            ("w", DataType::Int32),
-        ],
-        &[0],
-    );
+    let wider = kv_widened();
     let reads: Vec<Change> = (0..3)
         .map(|i| {
             change(

@@ -51,7 +51,7 @@ impl Patience {
         self.stop.load(Ordering::Relaxed)
     }
 
-    pub fn backoff(&self) -> ExponentialBuilder {
+    fn backoff(&self) -> ExponentialBuilder {
         ExponentialBuilder::new()
             .with_min_delay(RETRY_DELAY)
             .with_max_delay(MAX_RETRY_DELAY)
@@ -59,10 +59,38 @@ impl Patience {
             .without_max_times()
     }
 
+    /// Calls `attempt` until it succeeds, fails in a way `may_clear` says
+    /// waiting will not fix, `deadline` passes, or the run is asked to stop.
+    /// Each failure is logged as `say` puts it, with when the next attempt
+    /// comes; the error a wait ended with says why it ended
+    /// ([`Patience::gave_up`]).
+    pub fn retry<T, E>(
+        &self,
+        deadline: Instant,
+        attempt: impl FnMut() -> Result<T, E>,
+        may_clear: impl Fn(&E) -> bool,
+        say: impl Fn(&E) -> String,
+    ) -> Result<T, E> {
+        attempt
+            .retry(self.backoff())
+            .sleep(self.sleeper(deadline))
+            .when(|e| may_clear(e) && Instant::now() < deadline && !self.stopped())
+            .notify(|e, pause| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                tracing::warn!(
+                    "{}; trying again in {:.1} s (giving up in {:.1} s)",
+                    say(e),
+                    pause.min(left).as_secs_f64(),
+                    left.as_secs_f64()
+                )
+            })
+            .call()
+    }
+
     /// A sleep that ends early once the run is asked to stop, and never
     /// runs past `deadline`: the last attempt is made at the deadline, not
     /// a whole pause after it.
-    pub fn sleeper(&self, deadline: Instant) -> impl Fn(Duration) + 'static {
+    fn sleeper(&self, deadline: Instant) -> impl Fn(Duration) + 'static {
         let stop = self.stop.clone();
         move |pause: Duration| {
             let until = (Instant::now() + pause).min(deadline);
@@ -195,19 +223,13 @@ impl Session {
         }
         let deadline = Instant::now() + self.reconnect_timeout;
         let patience = self.patience.clone();
-        (|| self.attempt(what, &f))
-            .retry(patience.backoff())
-            .sleep(patience.sleeper(deadline))
-            .when(|e| e.is_transient() && Instant::now() < deadline && !patience.stopped())
-            .notify(|e, pause| {
-                let left = deadline.saturating_duration_since(Instant::now());
-                tracing::warn!(
-                    "{e}; trying again in {:.1} s (giving up in {:.1} s)",
-                    pause.min(left).as_secs_f64(),
-                    left.as_secs_f64()
-                )
-            })
-            .call()
+        patience
+            .retry(
+                deadline,
+                || self.attempt(what, &f),
+                SourceError::is_transient,
+                SourceError::to_string,
+            )
             .map_err(|e| patience.gave_up(e))
     }
 

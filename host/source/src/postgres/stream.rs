@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 
-use backon::BlockingRetryable;
 use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
 use tokio_postgres::error::SqlState;
 
@@ -333,19 +332,10 @@ impl Stream {
             }
             connected
         };
-        let client = attempt
-            .retry(patience.backoff())
-            .sleep(patience.sleeper(deadline))
-            .when(|e| e.may_clear() && Instant::now() < deadline && !patience.stopped())
-            .notify(|e, pause| {
-                let left = deadline.saturating_duration_since(Instant::now());
-                tracing::warn!(
-                    "cannot start streaming yet ({e}); trying again in {:.1} s (giving up in {:.1} s)",
-                    pause.min(left).as_secs_f64(),
-                    left.as_secs_f64()
-                )
+        let client = patience
+            .retry(deadline, attempt, ConnectError::may_clear, |e| {
+                format!("cannot start streaming yet ({e})")
             })
-            .call()
             .map_err(|e| match e {
                 ConnectError::Setup(e) => e,
                 ConnectError::Replication(e) => {
