@@ -63,19 +63,31 @@ pub fn plugin(crate_name: &str) -> PathBuf {
     file
 }
 
-/// A component cache the tests share (`WEIR_COMPONENT_CACHE`), for the
-/// plugins that take long to compile (the Python and JavaScript sinks embed
-/// a whole interpreter); every other test keeps its cache in its state.
+/// The component cache the tests share (`WEIR_COMPONENT_CACHE`): each
+/// plugin compiles once per test run, not once per test (the Iceberg sink
+/// takes 15 to 25 CPU-seconds, and most of the Iceberg and Postgres tests
+/// use it). Tests of the cache itself set the variable to their own folder,
+/// or to nothing for the cache beside the pipeline's state.
 pub fn shared_component_cache() -> PathBuf {
     target_dir().join("test-component-cache")
 }
 
+/// `weir` as the tests start it: reading pipeline files rather than asking
+/// a server (`weir status` asks one when WEIR_SERVER is set), and compiling
+/// plugins into the [shared cache](shared_component_cache). An `env` set
+/// on the command afterwards overrides either.
+pub fn weir_command() -> Command {
+    let mut command = Command::new(weir_bin());
+    command
+        .env_remove("WEIR_SERVER")
+        .env_remove("WEIR_TOKEN")
+        .env("WEIR_COMPONENT_CACHE", shared_component_cache());
+    command
+}
+
 /// Runs `weir` with arguments and extra environment, returning its output.
 pub fn weir(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(weir_bin());
-    // `weir status` asks a server when WEIR_SERVER is set; these tests read
-    // pipeline files.
-    command.env_remove("WEIR_SERVER").env_remove("WEIR_TOKEN");
+    let mut command = weir_command();
     command.args(args).env("WEIR_LOG", "warn");
     for (k, v) in envs {
         command.env(k, v);

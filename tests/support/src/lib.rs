@@ -41,7 +41,7 @@ pub use self::redis::{RedisContent, RedisView, StoredRow};
 pub use batches::BatchBuilder;
 pub use command::{
     plugin, positions_of, shared_component_cache, sink_progress, status, text, weir, weir_bin,
-    workspace,
+    weir_command, workspace,
 };
 #[cfg(feature = "host")]
 pub use expect::{

@@ -25,7 +25,7 @@ use wasm_encoder::{
 };
 use wasmparser::{Parser, Payload};
 
-use crate::command::weir_bin;
+use crate::command::weir_command;
 use crate::pipeline::PipelineBuilder;
 
 /// The environment variable the operator token is passed in.
@@ -376,7 +376,7 @@ impl ServeHostBuilder {
         let log = dir.path().join("serve.log");
         let out = File::create(&log).expect("the log file");
         let err = out.try_clone().expect("the log file, twice");
-        let mut command = Command::new(weir_bin());
+        let mut command = weir_command();
         command
             .arg("serve")
             .arg(&host_path)

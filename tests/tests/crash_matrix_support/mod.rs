@@ -11,7 +11,7 @@ pub mod sessions;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use weir_source::commit_order::StreamPosition;
 
@@ -468,7 +468,7 @@ pub fn aimed_run(
     log: &Path,
 ) -> Landing {
     let commits_before = fixture_commits(fixture);
-    let mut command = Command::new(common::weir_bin());
+    let mut command = common::weir_command();
     command
         .args(["run", pipeline.to_str().unwrap()])
         .env_remove("WEIR_SERVER")

@@ -13,11 +13,11 @@ use crate::iceberg_support;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    KillSchedule, TableMode, depth, expected_state, status, tables, text, weir, weir_bin,
+    KillSchedule, TableMode, depth, expected_state, status, tables, text, weir, weir_command,
 };
 use iceberg_support::*;
 
@@ -118,7 +118,7 @@ fn sigkill_mid_backlog_keeps_every_iceberg_table_exact() {
         // Once, after a few kills: die between the Iceberg commit and the
         // host's store write.
         let use_failpoint = landed >= 4 && !failpoint_landed;
-        let mut command = Command::new(weir_bin());
+        let mut command = weir_command();
         command
             .args(["run", pipeline_arg])
             .env("WEIR_LOG", "error")
@@ -274,7 +274,7 @@ fn a_zombie_host_with_an_older_epoch_is_fenced_and_writes_nothing_visible() {
     // Host A starts (epoch 1), commits a little, and freezes: a host that
     // lost its lease without knowing it (a long GC pause, a partition).
     let a = host("state-a", 1_000).write_in(dir.path());
-    let mut zombie = std::process::Command::new(weir_bin())
+    let mut zombie = weir_command()
         .args(["run", a.to_str().unwrap()])
         .env("WEIR_LOG", "error")
         .stdout(std::process::Stdio::piped())

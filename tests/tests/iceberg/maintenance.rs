@@ -329,7 +329,7 @@ fn maintenance_killed_at_random_beside_a_running_pipeline_leaves_every_table_exa
 
     let cache = shared_component_cache();
     let spawn = |args: &[&str], log: &Path| {
-        std::process::Command::new(common::weir_bin())
+        common::weir_command()
             .args(args)
             .env_remove("WEIR_SERVER")
             .env("WEIR_COMPONENT_CACHE", &cache)

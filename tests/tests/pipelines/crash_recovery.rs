@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -30,7 +30,7 @@ fn sigkill_mid_backlog_loses_nothing_and_duplicates_nothing_in_the_positioned_si
     let mut last_lag = u64::MAX;
     while landed < 6 && attempts < 20 {
         attempts += 1;
-        let mut child = Command::new(weir_bin())
+        let mut child = weir_command()
             .args(["run", pipeline.to_str().unwrap()])
             .env("WEIR_LOG", "error")
             .stdout(Stdio::null())

@@ -21,7 +21,7 @@ use crate::common;
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -73,7 +73,7 @@ fn committed_changes(content: &RedisContent, log: &[Change]) -> usize {
 
 /// Starts `weir run`, its stderr into `log`.
 fn start(pipeline: &Path, log: &Path, failpoint: Option<&str>) -> std::process::Child {
-    let mut command = Command::new(weir_bin());
+    let mut command = weir_command();
     command
         .args(["run", pipeline.to_str().unwrap()])
         .env("WEIR_LOG", "error")

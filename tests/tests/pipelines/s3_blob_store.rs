@@ -11,7 +11,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -168,7 +168,7 @@ fn sigkill_mid_run_keeps_the_positioned_sink_exact_on_s3() {
     let (mut landed, mut attempts, mut last_lag) = (0, 0, u64::MAX);
     while landed < 3 && attempts < 12 {
         attempts += 1;
-        let mut child = Command::new(weir_bin())
+        let mut child = weir_command()
             .args(["run", pipeline.to_str().unwrap()])
             .env("WEIR_LOG", "error")
             .stdout(Stdio::null())

@@ -94,7 +94,7 @@ fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
     let stdout_path = dir.join("run.stdout");
     let stderr_path = dir.join("run.stderr");
     let started = Instant::now();
-    let child = Command::new(common::weir_bin())
+    let child = common::weir_command()
         .args(["run", "--json", pipeline.to_str().unwrap()])
         .env_remove("WEIR_SERVER")
         .env("WEIR_LOG", "warn")

@@ -134,7 +134,7 @@ fn set_up(db: &str, batch_rows: usize) -> (Pg, String, tempfile::TempDir, PathBu
 fn run_measured(pipeline: &Path) -> (String, f64) {
     let dir = pipeline.parent().unwrap();
     let (out_path, err_path) = (dir.join("run.stdout"), dir.join("run.stderr"));
-    let child = std::process::Command::new(common::weir_bin())
+    let child = common::weir_command()
         .args(["run", pipeline.to_str().unwrap()])
         .env_remove("WEIR_SERVER")
         .env("WEIR_LOG", "warn")

@@ -80,8 +80,20 @@ fn typed_workload_reaches_the_sink(pg: &Pg, db: &str, dsn: &str) {
     );
 
     // The slot was acknowledged up to what the sink committed, never past
-    // it: the clean exit waits until its last acknowledgement was sent.
-    let status = common::status(&pipeline);
+    // it: the clean exit leaves the server with its last acknowledgement.
+    assert_slot_confirmed_where_the_sink_stands(pg, db, dsn, &pipeline);
+}
+
+/// The slot's confirmed position is exactly where the sink `exact` of
+/// `pipeline` stands on its least advanced table: never past it, and, after
+/// a clean exit, not short of it either.
+fn assert_slot_confirmed_where_the_sink_stands(
+    pg: &Pg,
+    db: &str,
+    dsn: &str,
+    pipeline: &std::path::Path,
+) {
+    let status = common::status(pipeline);
     let positions = common::positions_of(&status, "exact");
     let lowest = positions
         .values()
@@ -102,6 +114,75 @@ fn typed_workload_reaches_the_sink(pg: &Pg, db: &str, dsn: &str) {
     assert_eq!(
         confirmed, lsn,
         "confirmed_flush_lsn {confirmed:X} short of the sink's {lsn:X} after a clean exit"
+    );
+}
+
+/// `exit_when_caught_up` ends the run as soon as the sinks hold what the
+/// server had when it started, and the server has the last acknowledgement
+/// at once: the replication client sends acknowledgements once per
+/// `status_interval_ms` (a minute here), and the run does not wait for the
+/// next one. Prints what an already caught-up run costs against
+/// `weir status` of the same pipeline (both start the process, load the
+/// compiled plugin and connect; the run also starts replication and stops
+/// it): a ratio, not an assertion.
+#[test]
+fn a_caught_up_run_ends_with_the_slot_confirmed_without_waiting_for_a_status_update() {
+    let pg = cluster();
+    let db = "weir_caught_up";
+    let dsn = pg.fresh_db(db);
+    pg.sql(db, "CREATE TABLE t (id int PRIMARY KEY, v text)");
+    pg.sql(
+        db,
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("exact");
+    let pipeline = PgPipeline::new(&dsn, &["public.t"]).write(dir.path(), &root);
+    let yaml = std::fs::read_to_string(&pipeline).unwrap();
+    let slow_updates = yaml.replace("status_interval_ms: 200", "status_interval_ms: 60000");
+    assert_ne!(
+        yaml, slow_updates,
+        "the pipeline file names no status_interval_ms"
+    );
+    std::fs::write(&pipeline, slow_updates).unwrap();
+
+    drain(&pipeline); // the backfill
+    pg.sql(db, "UPDATE t SET v = v || '!' WHERE id % 3 = 0");
+    pg.sql(db, "DELETE FROM t WHERE id % 7 = 0");
+    let started = Instant::now();
+    drain(&pipeline);
+    let streamed = started.elapsed();
+    assert_sink_equals_postgres(
+        &pg,
+        db,
+        &root,
+        &[TableDef::new(
+            "public.t",
+            &[("id", PgKind::Int32), ("v", PgKind::Text)],
+            &[0],
+        )],
+    );
+    assert_slot_confirmed_where_the_sink_stands(&pg, db, &dsn, &pipeline);
+
+    let median = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    let (mut caught_up, mut status) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let started = Instant::now();
+        drain(&pipeline);
+        caught_up.push(started.elapsed());
+        let started = Instant::now();
+        common::status(&pipeline);
+        status.push(started.elapsed());
+    }
+    let (caught_up, status) = (median(caught_up), median(status));
+    println!(
+        "a caught-up run {caught_up:?} against `weir status` {status:?}: {:.2}x \
+         (the run that streamed two transactions: {streamed:?})",
+        caught_up.as_secs_f64() / status.as_secs_f64()
     );
 }
 

@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use weir_source::change::Value;
 use weir_source::postgres::decode::{PgKind, copy_fields, decode};
 
-use crate::common::{self, text, weir, weir_bin};
+use crate::common::{self, text, weir, weir_command};
 
 /// Starts the private cluster if needed and returns the admin DSN pieces.
 pub struct Pg {
@@ -763,7 +763,7 @@ impl Drop for Running {
 
 pub fn spawn_weir(pipeline: &std::path::Path, log: &std::path::Path) -> Running {
     Running(
-        Command::new(weir_bin())
+        weir_command()
             .args(["run", pipeline.to_str().unwrap()])
             .env("WEIR_LOG", "info")
             .stdout(Stdio::null())

@@ -8,7 +8,7 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -88,7 +88,7 @@ fn a_memory_root_cannot_grow_the_host_past_its_quota() {
     let pipeline = exact_beside(bad, dir.path());
     // Poll the child's peak resident size (VmHWM) while it runs: it is a
     // high-water mark, so the last reading is the peak up to that moment.
-    let mut child = Command::new(weir_bin())
+    let mut child = weir_command()
         .args(["run", pipeline.to_str().unwrap()])
         .env("WEIR_LOG", "warn")
         .stdout(Stdio::piped())

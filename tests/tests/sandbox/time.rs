@@ -54,7 +54,7 @@ impl Running {
     fn start(args: &[&str], log: &str, dir: &Path) -> Running {
         let stdout = dir.join("weir.stdout");
         let stderr = dir.join("weir.stderr");
-        let child = Command::new(weir_bin())
+        let child = weir_command()
             .args(args)
             .env("WEIR_LOG", log)
             .env("NO_COLOR", "1")

@@ -704,7 +704,7 @@ impl Relaunched {
         let log = first.dir().join(format!("serve-{generation}.log"));
         let out = std::fs::File::create(&log).expect("the log file");
         let err = out.try_clone().expect("the log file, twice");
-        let mut command = Command::new(weir_bin());
+        let mut command = weir_command();
         command
             .arg("serve")
             .arg(&host_file)
@@ -754,7 +754,7 @@ impl Relaunched {
                 self.log_tail(60)
             );
         }
-        let out = Command::new(weir_bin())
+        let out = weir_command()
             .args(["ctl", "status", &format!("{TENANT}/{pipeline}"), "--json"])
             .env("WEIR_SERVER", &self.server)
             .env("WEIR_TOKEN", &self.operator_token)

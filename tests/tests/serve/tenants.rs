@@ -1302,7 +1302,7 @@ impl ServeWithEnvironment {
         let host_path = dir.path().join("host.yaml");
         std::fs::write(&host_path, host_file.to_string()).unwrap();
         let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
-        let mut command = std::process::Command::new(weir_bin());
+        let mut command = weir_command();
         command
             .arg("serve")
             .arg(&host_path)

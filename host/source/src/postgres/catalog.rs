@@ -449,6 +449,26 @@ pub async fn slot(client: &Client, slot: &str) -> Result<Option<SlotInfo>, tokio
         }))
 }
 
+/// Moves a logical slot's confirmed position forward to `lsn` (the server
+/// stops at its flushed end if `lsn` lies past it). `Ok(false)` while a
+/// replication session still holds the slot.
+pub async fn advance_slot(
+    client: &Client,
+    slot: &str,
+    lsn: u64,
+) -> Result<bool, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT pg_replication_slot_advance({}, '{}')",
+        literal(slot),
+        format_lsn(lsn)
+    );
+    match client.simple_query(&sql).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// `16/B374D848` -> u64.
 pub fn parse_lsn(text: &str) -> Option<u64> {
     let (hi, lo) = text.split_once('/')?;

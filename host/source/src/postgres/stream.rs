@@ -20,7 +20,7 @@ use tokio_postgres::error::SqlState;
 
 use super::catalog;
 use super::decoder::{Decoder, PendingRelation, Piece, PieceLimits};
-use super::session::{Session, unavailable};
+use super::session::unavailable;
 use super::setup::{Start, check_slot_and_publication, replication_config};
 use super::table::added_column;
 use super::toast::fill_unchanged;
@@ -212,68 +212,67 @@ impl Stream {
         }
     }
 
-    /// Ends the session once the server has the last acknowledgement: the
-    /// client sends it with its next status update (within
-    /// `status_interval_ms` of the one before), and the slot's confirmed
-    /// position shows the server has read it. Sent is not enough: the
-    /// client closes its socket right after, and a close with the server's
-    /// messages still unread resets the connection, which can discard the
-    /// update before the server reads it.
+    /// Ends the session, leaving the server with the last acknowledgement.
+    /// The replication client sends acknowledgements at most once per
+    /// `status_interval_ms`, and the one under way when the stream stops may
+    /// never be read (a close with the server's messages unread resets the
+    /// connection): waiting for the next one cost every bounded run up to
+    /// that interval at its end. So the stream stops first, which releases
+    /// the slot, and the query session moves the slot's confirmed position
+    /// to what the sinks committed (`pg_replication_slot_advance`, the same
+    /// step an acknowledgement takes).
     pub fn shutdown(&mut self, cx: &mut Context) {
-        if let Some(at) = self.acked_at
-            && let Some(client) = &self.client
-        {
-            // The client's own timer sends it: let its runtime wait on that
-            // rather than pace.
-            cx.reader.set_flowing(false);
-            // The update goes out within `status_interval` of the last one
-            // (by `at` plus that, at the latest). The wait is bounded from
-            // now as well: on a loaded machine the run may reach its end
-            // after that moment, and the server must still be asked once.
-            let now = Instant::now();
-            let due = (at + cx.config.status_interval())
-                .max(now)
-                .min(now + Duration::from_secs(4))
-                + Duration::from_secs(1);
-            let sent = client.metrics();
-            let slot = cx.config.slot.clone();
-            let server_has = |session: &mut Session| {
-                session.without_waiting(|session| {
-                    session.query("reading the slot's confirmed position", |c| {
-                        let slot = slot.clone();
-                        Box::pin(async move { catalog::slot(c, &slot).await })
-                    })
-                })
-            };
-            let mut confirmed = false;
-            while client.is_running() && Instant::now() < due {
-                if sent.last_applied_lsn() >= Lsn::from_u64(self.acked) {
-                    match server_has(&mut cx.session) {
-                        Ok(Some(info)) if info.confirmed_flush >= Some(self.acked) => {
-                            confirmed = true;
-                            break;
-                        }
-                        Ok(_) => {}
-                        // A server that is away has the update or not; the
-                        // deadline bounds the wait either way.
-                        Err(_) => break,
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if !confirmed {
-                tracing::info!(
-                    acknowledged = %catalog::format_lsn(self.acked),
-                    "the server had not confirmed the last acknowledgement when the stream \
-                     ended: the next run receives the changes after the slot's confirmed \
-                     position again, and skips those the sinks hold"
-                );
-            }
-        }
         if let Some(mut client) = self.client.take() {
             let _ = cx.reader.block_on(async {
                 tokio::time::timeout(Duration::from_secs(2), client.shutdown()).await
             });
+        }
+        if self.acked_at.is_some() {
+            self.confirm_to_server(cx);
+        }
+    }
+
+    /// Moves the slot's confirmed position up to what was acknowledged, if
+    /// the server does not have it yet. The server releases the slot when
+    /// the stream ends, but a slow server may still hold it for a moment:
+    /// the attempt is repeated for up to two seconds.
+    fn confirm_to_server(&mut self, cx: &mut Context) {
+        let (slot, acked) = (cx.config.slot.clone(), self.acked);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let outcome = cx.session.without_waiting(|session| {
+            loop {
+                let confirmed = session.query("reading the slot's confirmed position", |c| {
+                    let slot = slot.clone();
+                    Box::pin(async move { catalog::slot(c, &slot).await })
+                });
+                match confirmed {
+                    Ok(Some(info)) if info.confirmed_flush >= Some(acked) => return Ok(()),
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(format!("the slot {slot} is gone")),
+                    Err(e) => return Err(e.to_string()),
+                }
+                let moved = session.query("moving the slot to what the sinks committed", |c| {
+                    let slot = slot.clone();
+                    Box::pin(async move { catalog::advance_slot(c, &slot, acked).await })
+                });
+                match moved {
+                    Ok(true) => return Ok(()),
+                    Ok(false) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Ok(false) => return Err("another session still holds the slot".to_string()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        });
+        if let Err(cause) = outcome {
+            tracing::info!(
+                acknowledged = %catalog::format_lsn(acked),
+                %cause,
+                "the server does not have the last acknowledgement: the next run receives \
+                 the changes after the slot's confirmed position again, and skips those \
+                 the sinks hold"
+            );
         }
     }
 
