@@ -45,6 +45,26 @@
 
 pub use arrow_array;
 pub use arrow_array::RecordBatch;
+/// Arrow's casts and its display of any value as text, for a sink that
+/// writes values without knowing each column's type up front:
+///
+/// ```
+/// use std::sync::Arc;
+/// use weir_sdk::arrow_array::{ArrayRef, Decimal128Array, TimestampMicrosecondArray};
+/// use weir_sdk::arrow_cast::display::{ArrayFormatter, FormatOptions};
+///
+/// let balance: ArrayRef =
+///     Arc::new(Decimal128Array::from(vec![Some(1250), None]).with_precision_and_scale(12, 2).unwrap());
+/// let at: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![0]).with_timezone("+00:00"));
+/// let options = FormatOptions::default().with_null("NULL");
+/// let text = |array: &ArrayRef, row| {
+///     ArrayFormatter::try_new(array.as_ref(), &options).unwrap().value(row).to_string()
+/// };
+/// assert_eq!(text(&balance, 0), "12.50");
+/// assert_eq!(text(&balance, 1), "NULL");
+/// assert_eq!(text(&at, 0), "1970-01-01T00:00:00Z");
+/// ```
+pub use arrow_cast;
 pub use arrow_schema;
 
 mod batch;

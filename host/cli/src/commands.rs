@@ -56,6 +56,15 @@ pub enum Command {
         #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Show the tables a pipeline's source gives its sinks: every column of
+    /// their batches with its Arrow type, the key and the mode (what a
+    /// sink's `write` receives; docs/sink-authors.md).
+    Tables {
+        pipeline: PathBuf,
+        /// Print the tables as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run many tenants' pipelines and the admin API until SIGTERM
     /// (docs/serve.md).
     Serve { host_file: PathBuf },
@@ -184,6 +193,14 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
                 })?;
             let client = ctl::AdminClient::new(&server, token)?;
             ctl::remote_status(&client, &name, json)
+        }
+        Command::Tables { pipeline, json } => {
+            let config = PipelineConfig::load(&pipeline).map_err(|e| e.to_string())?;
+            let io = io_runtime()?;
+            let tables =
+                weir_pipeline::status::tables(&config, io.handle()).map_err(|e| e.to_string())?;
+            render::tables(&tables, json);
+            Ok(ExitCode::SUCCESS)
         }
         Command::Status {
             pipeline,

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use weir_pipeline::RunReport;
-use weir_pipeline::status::Status;
+use weir_pipeline::status::{Status, TableShape};
 use weir_runtime::PluginInfo;
 use weir_serve::api::{
     Applied, LiveSink, PipelineList, PipelineStatus, PluginView, Readiness, State, Steered, Swapped,
@@ -38,6 +38,50 @@ pub fn run_report(report: &RunReport, as_json: bool) {
              fix it and run again to catch it up"
         );
     }
+}
+
+pub fn tables(tables: &[TableShape], as_json: bool) {
+    if as_json {
+        return json(&tables);
+    }
+    for table in tables {
+        let key = if table.key.is_empty() {
+            "no key".to_string()
+        } else {
+            format!("key ({})", table.key.join(", "))
+        };
+        let destination = if table.destination == table.table {
+            String::new()
+        } else {
+            format!(" into `{}`", table.destination)
+        };
+        println!(
+            "table `{}`{destination}: {}, {key}",
+            table.table, table.mode
+        );
+        let width = table
+            .columns
+            .iter()
+            .map(|c| c.name.len())
+            .max()
+            .unwrap_or(0);
+        for column in &table.columns {
+            let nulls = match column.role {
+                "key" | "column" if column.nullable => "null",
+                "key" | "column" => "not null",
+                _ => "",
+            };
+            let line = format!(
+                "  {:<width$}  {:<8}  {:<36} {nulls}",
+                column.name, column.role, column.arrow_type
+            );
+            println!("{}", line.trim_end());
+        }
+    }
+    println!(
+        "Every batch's rows are changes (`__op`: insert, update, delete, read); a delete \
+         carries the key, the other columns null. docs/sink-authors.md says what each type holds."
+    );
 }
 
 pub fn status(status: &Status, as_json: bool) {

@@ -50,6 +50,82 @@ pub struct TableStatus {
     pub lag_transactions: Option<u64>,
 }
 
+/// One table as a sink's `write` receives it (`weir tables`).
+#[derive(Debug, Serialize)]
+pub struct TableShape {
+    /// The source's name for the table.
+    pub table: String,
+    /// Where the sink is asked to write it (`tables.<name>.destination`).
+    pub destination: String,
+    /// `upsert` (by the key) or `append`.
+    pub mode: String,
+    /// The key columns, in key order: what upserts and deletes match on.
+    pub key: Vec<String>,
+    /// Every column of a batch, in order.
+    pub columns: Vec<ColumnShape>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ColumnShape {
+    pub name: String,
+    /// The Arrow type, as arrow prints it (`Decimal128(12, 2)`).
+    pub arrow_type: String,
+    /// `key`, `column` (the source's other columns), `metadata` (added by
+    /// the pipeline's `metadata:`) or `control` (`__op`, `__pos`).
+    pub role: &'static str,
+    /// Whether inserts and updates can carry null here. Delete rows carry
+    /// only the key: their other columns are null whatever this says.
+    pub nullable: bool,
+}
+
+/// The tables the pipeline's source gives its sinks, with every column of
+/// their batches: what a sink author must handle. Reads the source only (a
+/// Postgres source connects and reads its publication's tables; it creates
+/// nothing) and loads no sink.
+pub fn tables(
+    config: &PipelineConfig,
+    io: &tokio::runtime::Handle,
+) -> Result<Vec<TableShape>, RunError> {
+    let never = Arc::new(AtomicBool::new(false));
+    let source = setup::make_source(config, &RunOptions::default(), io, never)?;
+    let tables = source.tables();
+    let descriptions = setup::describe_tables(config, &tables)?;
+    Ok(tables
+        .iter()
+        .map(|table| {
+            let description = &descriptions[&table.name];
+            let schema = weir_source::batch::batch_schema(table, &description.metadata);
+            let metadata = description.metadata.len();
+            let columns = schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, field)| {
+                    let (role, nullable) = match table.columns.get(i) {
+                        Some(column) if table.key.contains(&i) => ("key", column.nullable),
+                        Some(column) => ("column", column.nullable),
+                        None if i < table.columns.len() + metadata => ("metadata", false),
+                        None => ("control", false),
+                    };
+                    ColumnShape {
+                        name: field.name().clone(),
+                        arrow_type: field.data_type().to_string(),
+                        role,
+                        nullable,
+                    }
+                })
+                .collect();
+            TableShape {
+                table: table.name.clone(),
+                destination: description.destination.clone(),
+                mode: description.mode.to_string(),
+                key: table.key_names(),
+                columns,
+            }
+        })
+        .collect())
+}
+
 pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<Status, RunError> {
     let store = EmbeddedStore::open(&config.store_path()).map_err(|e| {
         RunError::Setup(format!(

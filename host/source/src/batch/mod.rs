@@ -37,6 +37,13 @@ pub struct BatchLimits {
     pub linger: Duration,
 }
 
+/// The Arrow schema of `table`'s batches: its columns (all nullable, as
+/// delete rows carry only the key), then the `metadata` columns, then the
+/// control columns.
+pub fn batch_schema(table: &TableSchema, metadata: &[MetadataColumn]) -> SchemaRef {
+    arrow_schema(table, metadata)
+}
+
 /// Checks that no metadata column name clashes with a table column, a
 /// control column or another metadata column, and that table columns leave
 /// the control column names free.
