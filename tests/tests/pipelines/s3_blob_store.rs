@@ -157,8 +157,13 @@ fn sigkill_mid_run_keeps_the_positioned_sink_exact_on_s3() {
     let moto = MotoServer::start();
     moto.create_bucket(BUCKET);
     let dir = tempfile::tempdir().unwrap();
-    let (seed, changes) = (7, 30_000);
-    let workload = workload(seed, changes, 400).pace_us(300);
+    // Paced to outlast three kills at their latest (1.8 s each) on an idle
+    // machine, batches cut every 200 ms rather than every 20 ms: a kill
+    // still lands among commits in flight, and moto (one Python process,
+    // shared with the tests beside this one) serves a tenth of the
+    // requests.
+    let (seed, changes) = (7, 20_000);
+    let workload = workload(seed, changes, 400).pace_us(600).linger_ms(200);
     let pipeline = write_pipeline(workload, both_sinks(&moto), dir.path());
     // Compiles the plugins into the state folder's cache, so the kills
     // below land in the run and not in the compiler.
