@@ -104,6 +104,7 @@ pub struct WasmEngine {
     stop_ticker: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
     pool: Arc<InstancePool>,
+    compiles: std::sync::atomic::AtomicU64,
 }
 
 /// What loading one plugin may cost the host: compiling runs on a thread
@@ -189,7 +190,14 @@ impl WasmEngine {
             stop_ticker,
             ticker: Some(ticker),
             pool: Arc::new(InstancePool::new(slots)),
+            compiles: Default::default(),
         })
+    }
+
+    /// How many plugins this engine compiled, rather than loaded from the
+    /// cache.
+    pub fn compiles(&self) -> u64 {
+        self.compiles.load(Ordering::Relaxed)
     }
 
     /// The wasmtime engine itself.
@@ -221,30 +229,32 @@ impl WasmEngine {
             detail,
         };
         let key = self.seal_key().map_err(cache_error)?;
-        if let Ok(bytes) = std::fs::read(&cached) {
-            let sealed = std::fs::read_to_string(&seal_path)
-                .is_ok_and(|found| found.trim() == hex::encode(seal(&key, &name, &bytes)));
-            if sealed {
-                // SAFETY: the bytes are the ones the seal covers (read once,
-                // checked, then deserialized from memory), and only this host
-                // knows the key: it wrote them, from `precompile_component`,
-                // for this wasm digest and engine compatibility hash.
-                match unsafe { Component::deserialize(&self.engine, &bytes) } {
-                    Ok(component) => return Ok(component),
-                    Err(error) => {
-                        tracing::warn!(cache = %cached.display(), %error, "ignoring an unreadable cached component")
-                    }
-                }
-            } else {
-                tracing::warn!(
-                    cache = %cached.display(),
-                    "the cached component is not one this host wrote (its seal does not match); \
-                     compiling the plugin again"
-                );
-            }
+        if let Some(component) = self.load_sealed(&cached, &seal_path, &name, &key) {
+            return Ok(component);
         }
-        let compiled = self.precompile(path, wasm, limits.timeout)?;
+        // One compile per cache: whoever holds the plugin's lock compiles,
+        // and the others (pipelines of this host, other processes on the
+        // same cache) wait for its artifact instead of compiling the same
+        // plugin beside it. The wait is bounded like a compile; past it,
+        // this loader compiles on its own.
         std::fs::create_dir_all(&self.cache_dir).map_err(|e| cache_error(e.to_string()))?;
+        let _compiling = match lock_within(
+            &self.cache_dir.join(format!("{name}.lock")),
+            limits.timeout,
+        ) {
+            Ok(lock) => {
+                if let Some(component) = self.load_sealed(&cached, &seal_path, &name, &key) {
+                    return Ok(component);
+                }
+                lock
+            }
+            Err(cause) => {
+                tracing::warn!(plugin = %path.display(), %cause, "compiling without the cache's lock");
+                None
+            }
+        };
+        let compiled = self.precompile(path, wasm, limits.timeout)?;
+        self.compiles.fetch_add(1, Ordering::Relaxed);
         // Artifact first, then its seal, each written then renamed: a crash
         // in between leaves an artifact without its seal, compiled again.
         let sealed = hex::encode(seal(&key, &name, &compiled));
@@ -257,6 +267,40 @@ impl WasmEngine {
                 detail: format!("{e:#}"),
             }
         })
+    }
+
+    /// The cached artifact `name`, if its seal is this host's; an
+    /// unsealed or unreadable one is reported and left to be compiled over.
+    fn load_sealed(
+        &self,
+        cached: &Path,
+        seal_path: &Path,
+        name: &str,
+        key: &[u8; 32],
+    ) -> Option<Component> {
+        if let Ok(bytes) = std::fs::read(cached) {
+            let sealed = std::fs::read_to_string(seal_path)
+                .is_ok_and(|found| found.trim() == hex::encode(seal(key, name, &bytes)));
+            if sealed {
+                // SAFETY: the bytes are the ones the seal covers (read once,
+                // checked, then deserialized from memory), and only this host
+                // knows the key: it wrote them, from `precompile_component`,
+                // for this wasm digest and engine compatibility hash.
+                match unsafe { Component::deserialize(&self.engine, &bytes) } {
+                    Ok(component) => return Some(component),
+                    Err(error) => {
+                        tracing::warn!(cache = %cached.display(), %error, "ignoring an unreadable cached component")
+                    }
+                }
+            } else {
+                tracing::warn!(
+                    cache = %cached.display(),
+                    "the cached component is not one this host wrote (its seal does not match); \
+                     compiling the plugin again"
+                );
+            }
+        }
+        None
     }
 
     /// Compiles on a thread of its own and waits at most `timeout`. Cranelift
@@ -400,8 +444,16 @@ fn read_or_make_key(path: &Path) -> std::io::Result<[u8; 32]> {
     file.sync_all()?;
     // A hard link fails if another host made the key meanwhile: use theirs.
     if path.exists() {
-        // There is a key file, but not a key: replace it (every artifact it
-        // sealed is compiled again).
+        // Another engine may have made it since the read above (keys are
+        // linked into place whole): use that one, or every artifact it
+        // seals would be compiled again by this engine, and the other way
+        // round. Only a key file that holds no key is replaced.
+        if let Ok(bytes) = std::fs::read(path)
+            && let Ok(theirs) = <[u8; 32]>::try_from(bytes.as_slice())
+        {
+            let _ = std::fs::remove_file(&temp);
+            return Ok(theirs);
+        }
         std::fs::rename(&temp, path)?;
         return Ok(key);
     }
@@ -454,6 +506,38 @@ fn unique_temp(path: &Path) -> PathBuf {
     path.with_extension(format!("tmp{}-{n}", std::process::id()))
 }
 
+/// Takes the exclusive lock on `path` (created if missing), waiting at most
+/// `patience` for whoever holds it. The lock is the open file's: it ends
+/// when the returned file is dropped, or with the process that held it.
+/// `Ok(None)` when the file system has no locks (nothing to wait for).
+fn lock_within(path: &Path, patience: Duration) -> Result<Option<std::fs::File>, String> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(format!(
+                    "{} stayed locked for {patience:?}: another compile of this plugin is still under way",
+                    path.display()
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+                return Ok(None);
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,5 +574,36 @@ mod tests {
         drop((held, globex_one, reserve));
         assert_eq!(pool.slots.held(), 0);
         assert_eq!(acme.instances.held(), 0);
+    }
+
+    /// Engines of several pipelines or processes on one cache that load a
+    /// plugin new to it at the same moment: one compiles it, the others
+    /// wait for its artifact and load that.
+    #[test]
+    fn engines_loading_a_new_plugin_at_once_compile_it_once() {
+        let path = crate::worker::tests::fixture("weir-null-sink");
+        let wasm = std::fs::read(&path).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let engines: Vec<WasmEngine> = (0..3)
+            .map(|_| WasmEngine::new(&cache.path().join("components")).unwrap())
+            .collect();
+        let start = std::sync::Barrier::new(engines.len());
+        std::thread::scope(|scope| {
+            for engine in &engines {
+                let (start, path, wasm) = (&start, &path, &wasm);
+                scope.spawn(move || {
+                    start.wait();
+                    engine
+                        .component(path, wasm, "null-sink-digest", &CompileLimits::default())
+                        .expect("the plugin loads");
+                });
+            }
+        });
+        let compiles: Vec<u64> = engines.iter().map(WasmEngine::compiles).collect();
+        assert_eq!(
+            compiles.iter().sum::<u64>(),
+            1,
+            "compiles per engine: {compiles:?}"
+        );
     }
 }

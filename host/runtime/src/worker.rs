@@ -510,7 +510,7 @@ fn with_retries<T>(
 /// The counting above, checked with the misbehaving fixtures (built by
 /// scripts/build-plugins) run through a real worker.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::{Path, PathBuf};
     use std::sync::OnceLock;
 
@@ -578,7 +578,7 @@ mod tests {
         plugin.clone()
     }
 
-    fn fixture(crate_name: &str) -> PathBuf {
+    pub(crate) fn fixture(crate_name: &str) -> PathBuf {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
