@@ -18,7 +18,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
+
+mod process;
+use process::ProcessCollector;
 
 /// A label value from configuration (a tenant, pipeline, sink or table
 /// name), escaped when rendered. prometheus-client 0.24 writes label values
@@ -112,6 +116,7 @@ struct Families {
     rows_out: Family<SinkTableLabels, Counter>,
     bytes_out: Family<SinkTableLabels, Counter>,
     commit_duration: Family<TableLabels, Histogram>,
+    sink_commit_duration: Family<SinkTableLabels, Histogram>,
     source_lag_bytes: Family<PipelineLabels, Gauge>,
     source_lag_seconds: Family<PipelineLabels, SecondsGauge>,
     sink_retries: Family<SinkLabels, Counter>,
@@ -137,6 +142,7 @@ impl Metrics {
             rows_out: Family::default(),
             bytes_out: Family::default(),
             commit_duration: Family::new_with_constructor(commit_histogram),
+            sink_commit_duration: Family::new_with_constructor(commit_histogram),
             source_lag_bytes: Family::default(),
             source_lag_seconds: Family::default(),
             sink_retries: Family::default(),
@@ -161,8 +167,10 @@ impl Metrics {
             "Rows handed to a sink in its writes, per table",
             f.rows_out,
         );
+        // The unit before `_total`, as Prometheus names counters of bytes
+        // (`weir_bytes_out_total` until stop 39).
         registry.register(
-            "weir_bytes_out",
+            "weir_written_bytes",
             "Arrow IPC bytes handed to a sink in its writes, per table",
             f.bytes_out,
         );
@@ -171,6 +179,18 @@ impl Metrics {
             "Time to commit one table batch through every sink, start to end",
             f.commit_duration,
         );
+        registry.register(
+            "weir_sink_commit_duration_seconds",
+            "Time one sink took to commit one table batch, its retries included",
+            f.sink_commit_duration,
+        );
+        // Rendered `weir_build_info{version="…"} 1`.
+        registry.register(
+            "weir_build",
+            "The version of weir this host runs",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        registry.register_collector(Box::new(ProcessCollector));
         registry.register(
             "weir_source_lag_bytes",
             "How far a pipeline's checkpoint is behind the source's head, in bytes of its log",
@@ -432,6 +452,7 @@ impl PipelineMetrics {
                 };
                 f.rows_out.remove(&of);
                 f.bytes_out.remove(&of);
+                f.sink_commit_duration.remove(&of);
             }
             for outcome in SWAP_OUTCOMES {
                 f.plugin_swaps.remove(&SwapLabels {
@@ -477,6 +498,7 @@ impl PipelineMetrics {
         SinkMetrics {
             rows_out: f.rows_out.clone(),
             bytes_out: f.bytes_out.clone(),
+            commit_duration: f.sink_commit_duration.clone(),
             retries: f.sink_retries.get_or_create_owned(&labels),
             traps: f.sink_traps.get_or_create_owned(&labels),
             deadline_hits: f.sink_deadline_hits.get_or_create_owned(&labels),
@@ -500,6 +522,7 @@ pub struct SinkMetrics {
     labels: SinkLabels,
     rows_out: Family<SinkTableLabels, Counter>,
     bytes_out: Family<SinkTableLabels, Counter>,
+    commit_duration: Family<SinkTableLabels, Histogram>,
     retries: Counter,
     traps: Counter,
     deadline_hits: Counter,
@@ -515,6 +538,14 @@ impl SinkMetrics {
         };
         self.rows_out.get_or_create(&labels).inc_by(rows);
         self.bytes_out.get_or_create(&labels).inc_by(bytes);
+    }
+    /// The sink committed a batch of `table` in `seconds`.
+    pub fn committed(&self, table: &str, seconds: f64) {
+        let labels = SinkTableLabels {
+            of: self.labels.clone(),
+            table: Text::new(table),
+        };
+        self.commit_duration.get_or_create(&labels).observe(seconds);
     }
     /// A retryable answer was retried.
     pub fn retry(&self) {
@@ -600,6 +631,7 @@ mod tests {
         orders.state("running");
         orders.restarted();
         lake.written("public.orders", 15, 2048);
+        lake.committed("public.orders", 0.25);
         lake.retry();
         lake.retry();
         lake.trap();
@@ -614,8 +646,16 @@ mod tests {
         assert_eq!(value(&page, "weir_rows_in_total", &[p[0], p[1], t]), 15.0);
         assert_eq!(value(&page, "weir_rows_out_total", &[s[0], s[2], t]), 15.0);
         assert_eq!(
-            value(&page, "weir_bytes_out_total", &[s[0], s[2], t]),
+            value(&page, "weir_written_bytes_total", &[s[0], s[2], t]),
             2048.0
+        );
+        assert_eq!(
+            value(&page, "weir_sink_commit_duration_seconds_count", &[s[2], t]),
+            1.0
+        );
+        assert_eq!(
+            value(&page, "weir_sink_commit_duration_seconds_sum", &[s[2], t]),
+            0.25
         );
         assert_eq!(
             value(&page, "weir_commit_duration_seconds_count", &[t]),
@@ -788,6 +828,37 @@ mod tests {
         let page = metrics.render();
         assert!(!page.contains("pipeline=\"gone\""), "{page}");
         assert!(page.contains("pipeline=\"kept\""), "{page}");
+    }
+
+    #[test]
+    fn the_process_and_the_build_are_on_the_operators_page_only() {
+        // Enough CPU time to be counted: the kernel counts in ticks of 10 ms.
+        let busy = std::time::Instant::now();
+        let mut spun = 0u64;
+        while busy.elapsed() < std::time::Duration::from_millis(50) {
+            spun = std::hint::black_box(spun.wrapping_add(1));
+        }
+        let metrics = Metrics::new();
+        metrics.pipeline("acme", "orders").restarted();
+        let page = metrics.render();
+        let version = format!(
+            "weir_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(page.contains(&version), "{page}");
+        let cpu = value(&page, "process_cpu_seconds_total", &[]);
+        assert!(cpu > 0.0, "{page}");
+        let resident = value(&page, "process_resident_memory_bytes", &[]);
+        assert!(resident > f64::from(1 << 20), "{page}");
+        let (open, max) = (
+            value(&page, "process_open_fds", &[]),
+            value(&page, "process_max_fds", &[]),
+        );
+        assert!(open >= 3.0 && max >= open, "{page}");
+        assert!(value(&page, "process_threads", &[]) >= 1.0, "{page}");
+        let tenant = metrics.render_for_tenant("acme");
+        assert!(!tenant.contains("process_cpu_seconds_total "), "{tenant}");
+        assert!(tenant.contains("weir_pipeline_restarts_total{"), "{tenant}");
     }
 }
 

@@ -407,15 +407,13 @@ impl<'scope, 'a> Run<'scope, 'a> {
                 pause_ms: noticed.elapsed().as_secs_f64() * 1000.0,
                 at: core.checkpoint().map(describe),
             });
+        // Counted by whoever asked (serve), which alone knows whether the
+        // swap was a rollback and sees the refusals made before the run.
         match &answer {
             Ok(done) => {
-                self.control.metrics.swap(&sink, "swapped");
                 tracing::info!(sink = %sink, pause_ms = done.pause_ms, "plugin swapped at a commit boundary");
             }
-            Err(e) => {
-                self.control.metrics.swap(&sink, "refused");
-                tracing::warn!(sink = %sink, "plugin swap refused: {e}");
-            }
+            Err(e) => tracing::warn!(sink = %sink, "plugin swap refused: {e}"),
         }
         let _ = request.reply.send(answer);
     }

@@ -346,7 +346,17 @@ impl SinkWorker {
 
     /// Makes what is staged for the request's table durable.
     pub fn commit(&self, request: CommitRequest) -> Pending<()> {
-        self.call(move |s| s.call("commit", Retry::WhileRetryable, |i| i.commit(&request)))
+        self.call(move |s| {
+            let started = Instant::now();
+            let committed = s.call("commit", Retry::WhileRetryable, |i| i.commit(&request));
+            if committed.is_ok() {
+                // Retries included: what the pipeline waited on this sink.
+                s.spec
+                    .metrics
+                    .committed(&request.table, started.elapsed().as_secs_f64());
+            }
+            committed
+        })
     }
 
     /// Runs the sink's maintenance (`weir maintain`): its report, or `None`

@@ -570,10 +570,9 @@ impl Server {
             ),
         );
         save_versions(slot);
-        if outcome != "swapped" {
-            // The run counted it as a swap; say it was a rollback too.
-            slot.metrics.swap(sink, outcome);
-        }
+        // Every outcome is counted here, once: `swapped` or `rolled_back`
+        // as it landed, `refused` in `refused`.
+        slot.metrics.swap(sink, outcome);
         Ok(Swapped {
             sink: sink.to_string(),
             sha256,
@@ -587,6 +586,7 @@ impl Server {
     fn refused(&self, slot: &Slot, sink: &str, sha256: &str, reason: String) -> Refusal {
         let reason = format!("sink `{sink}`: {}", slot.tenant.explain(reason));
         tracing::warn!(pipeline = %slot.id(), sink, "plugin {sha256} refused: {reason}");
+        slot.metrics.swap(sink, "refused");
         slot.record_swap(record(
             sink,
             "refused",

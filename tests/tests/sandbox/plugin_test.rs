@@ -368,6 +368,8 @@ fn forgetful_fixture_duplicates_replays() {
     report.check_shape(&wasm, false);
     let (_, why) = report.assert_fails_at(&["replay", "crash-after-commit"]);
     assert!(why.contains("duplicate"), "{why}");
+    // With the usual cause and its fix.
+    assert!(why.contains("`batch.id`"), "the reason names no fix: {why}");
     // Only replays across instances show it: it stages, aborts and takes a
     // repeated write correctly.
     for name in report.with_outcome("fail") {

@@ -345,6 +345,28 @@ fn twenty_replacements_under_load_keep_the_destination_exact() {
         "the pipeline ended during the swaps ({swapping:?}): raise CHANGES or PACE_US; {status}"
     );
     assert_eq!((accepted, rolled_back), (VERSIONS.count(), 1));
+    // Each outcome counted once, as it came: a rollback is not also a swap,
+    // and the refusals made before the running pipeline saw them count.
+    let page = host.get_with("/metrics", host.operator_token()).body;
+    let swaps = |outcome: &str| -> f64 {
+        let labels = [
+            format!("pipeline=\"{PIPELINE}\""),
+            format!("sink=\"{SINK}\""),
+            format!("outcome=\"{outcome}\""),
+        ];
+        let line = page
+            .lines()
+            .find(|l| {
+                l.starts_with("weir_plugin_swaps_total{") && labels.iter().all(|x| l.contains(x))
+            })
+            .unwrap_or_else(|| panic!("no weir_plugin_swaps_total for {outcome}:\n{page}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(
+        (swaps("swapped"), swaps("refused"), swaps("rolled_back")),
+        (accepted as f64, 4.0, rolled_back as f64),
+        "weir_plugin_swaps_total by outcome (swapped, refused, rolled_back)"
+    );
 
     let finished = host.wait_for_state(TENANT, PIPELINE, "finished", Duration::from_secs(300));
     pauses.sort_by(f64::total_cmp);

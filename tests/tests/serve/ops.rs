@@ -250,8 +250,14 @@ fn changes_per_table(seed: u64, changes: u64) -> BTreeMap<String, f64> {
 const DOCUMENTED_FAMILIES: &[(&str, &str)] = &[
     ("weir_rows_in", "counter"),
     ("weir_rows_out", "counter"),
-    ("weir_bytes_out", "counter"),
+    ("weir_written_bytes", "counter"),
     ("weir_commit_duration_seconds", "histogram"),
+    ("weir_sink_commit_duration_seconds", "histogram"),
+    ("weir_build", "info"),
+    ("process_cpu_seconds", "counter"),
+    ("process_resident_memory_bytes", "gauge"),
+    ("process_open_fds", "gauge"),
+    ("process_start_time_seconds", "gauge"),
     ("weir_source_lag_seconds", "gauge"),
     ("weir_sink_retries", "counter"),
     ("weir_sink_traps", "counter"),
@@ -337,9 +343,11 @@ fn metrics_parse_with_the_official_client_and_move_while_a_pipeline_runs() {
     for (sample, labels) in [
         ("weir_rows_in_total", &of_pipeline[..]),
         ("weir_rows_out_total", &of_sink[..]),
-        ("weir_bytes_out_total", &of_sink[..]),
+        ("weir_written_bytes_total", &of_sink[..]),
         ("weir_commit_duration_seconds_count", &of_pipeline[..]),
         ("weir_commit_duration_seconds_sum", &of_pipeline[..]),
+        ("weir_sink_commit_duration_seconds_count", &of_sink[..]),
+        ("process_cpu_seconds_total", &[][..]),
     ] {
         let (before, after) = (first.sum(sample, labels), second.sum(sample, labels));
         assert!(
@@ -380,6 +388,26 @@ fn metrics_parse_with_the_official_client_and_move_while_a_pipeline_runs() {
         second.one("weir_sink_memory_high_water_bytes", &of_sink) > 0.0,
         "the sink's memory high-water mark is 0 while it runs"
     );
+    let version = second.samples("weir_build_info", &[]);
+    assert_eq!(version.len(), 1, "one weir_build_info sample");
+    assert_eq!(version[0].labels["version"], env!("CARGO_PKG_VERSION"));
+    let (resident, fds) = (
+        second.one("process_resident_memory_bytes", &[]),
+        second.one("process_open_fds", &[]),
+    );
+    assert!(
+        resident > (1 << 20) as f64 && fds >= 3.0,
+        "process_resident_memory_bytes {resident}, process_open_fds {fds}"
+    );
+    let started = second.one("process_start_time_seconds", &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (now - 600.0..now).contains(&started),
+        "process_start_time_seconds {started} is not within ten minutes before {now}"
+    );
     let lag = second.one("weir_source_lag_seconds", &of_pipeline);
     assert!(
         (0.0..60.0).contains(&lag),
@@ -397,7 +425,13 @@ fn metrics_parse_with_the_official_client_and_move_while_a_pipeline_runs() {
     let expected = changes_per_table(SEED, CHANGES);
     let rows_in = last.by_label("weir_rows_in_total", &of_pipeline, "table");
     let rows_out = last.by_label("weir_rows_out_total", &of_sink, "table");
-    let bytes_out = last.by_label("weir_bytes_out_total", &of_sink, "table");
+    let bytes_out = last.by_label("weir_written_bytes_total", &of_sink, "table");
+    // One sink: it committed every table batch the pipeline did.
+    assert_eq!(
+        last.by_label("weir_sink_commit_duration_seconds_count", &of_sink, "table"),
+        last.by_label("weir_commit_duration_seconds_count", &of_pipeline, "table"),
+        "per sink and per pipeline, the commits of each table"
+    );
     let committed = last.by_label("weir_commit_duration_seconds_count", &of_pipeline, "table");
     for (table, changes) in &expected {
         let got = rows_in.get(table).copied().unwrap_or(0.0);
@@ -412,7 +446,7 @@ fn metrics_parse_with_the_official_client_and_move_while_a_pipeline_runs() {
         );
         assert!(
             bytes_out.get(table).copied().unwrap_or(0.0) > 0.0,
-            "no weir_bytes_out_total for {table}"
+            "no weir_written_bytes_total for {table}"
         );
         assert!(
             committed.get(table).copied().unwrap_or(0.0) >= *changes,

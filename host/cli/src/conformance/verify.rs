@@ -224,23 +224,32 @@ impl Difference {
 impl fmt::Display for Difference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
+        // Each kind of difference has one usual cause: named with it, so an
+        // author reads the fix and not only the symptom.
         if !self.repeated.is_empty() {
             let extra: usize = self.repeated.iter().map(|(_, n)| n).sum();
             parts.push(format!(
-                "{extra} duplicate row(s), e.g. {} shown {} time(s) too many",
+                "{extra} duplicate row(s), e.g. {} shown {} time(s) too many \
+                 (usually a batch the host sent again was added again: name what a batch \
+                 writes by its `batch.id`, the same on every replay, so that a replay \
+                 replaces the first attempt; or store positions with the data)",
                 self.repeated[0].0, self.repeated[0].1
             ));
         }
         if !self.missing.is_empty() {
             parts.push(format!(
-                "{} committed row(s) missing, e.g. {}",
+                "{} committed row(s) missing, e.g. {} (usually `commit` returned before \
+                 the data was durable, or wrote only some of the batches staged since the \
+                 last commit)",
                 self.missing.len(),
                 self.missing[0]
             ));
         }
         if !self.unexpected.is_empty() {
             parts.push(format!(
-                "{} row(s) that were never committed, e.g. {}",
+                "{} row(s) that were never committed, e.g. {} (usually `write` made rows \
+                 visible before `commit`, or `abort` left staged rows behind: both may \
+                 only stage and drop)",
                 self.unexpected.len(),
                 self.unexpected[0]
             ));
@@ -290,6 +299,10 @@ mod tests {
         assert_eq!(d.unexpected, [row(9, None)]);
         let text = d.to_string();
         assert!(text.contains("1 duplicate"), "{text}");
+        // Each with its usual cause.
+        assert!(text.contains("`batch.id`"), "{text}");
+        assert!(text.contains("before the data was durable"), "{text}");
+        assert!(text.contains("visible before `commit`"), "{text}");
         assert!(Difference::between(&expected, &expected).is_empty());
     }
 }
