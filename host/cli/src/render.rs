@@ -272,8 +272,17 @@ fn abbreviated(digest: &str) -> String {
 }
 
 fn pipeline_list_lines(reply: &PipelineList) -> Vec<String> {
+    let refused = reply.rejected.iter().map(|file| {
+        format!(
+            "refused file {}: {}",
+            or_unknown(&file.file),
+            or_unknown(&file.error)
+        )
+    });
     if reply.pipelines.is_empty() {
-        return vec!["no pipelines (none exists, or none this token reaches)".into()];
+        let mut lines = vec!["no pipelines (none exists, or none this token reaches)".to_string()];
+        lines.extend(refused);
+        return lines;
     }
     let rows: Vec<(String, &str, &str)> = reply
         .pipelines
@@ -298,6 +307,7 @@ fn pipeline_list_lines(reply: &PipelineList) -> Vec<String> {
         // No trailing blanks on a line without a reason: they bother `diff`.
         lines.push(line.trim_end().to_string());
     }
+    lines.extend(refused);
     lines
 }
 
@@ -313,12 +323,29 @@ fn applied_line(name: &str, reply: &Applied) -> String {
     line
 }
 
-/// Says what was done, and the pipeline's state if the reply names one.
+/// Says what was done; or, where the pipeline is not there yet, what was
+/// asked and where it stands: a pause or a stop lands at the next commit
+/// boundary, so the reply may still name the state before it.
 fn steered_line(name: &str, done: &str, reply: &Steered) -> String {
-    let mut line = done_line(name, done);
-    if reply.state != State::Unknown {
-        line.push_str(&format!("; now {}", reply.state.as_str()));
-    }
+    let (verb, arrived): (&str, &[State]) = match done {
+        "paused" => ("pause", &[State::Paused]),
+        "resumed" => ("resume", &[State::Starting, State::Running]),
+        "stopped" => ("stop", &[State::Stopped]),
+        "started" => ("start", &[State::Starting, State::Running]),
+        _ => (done, &[]),
+    };
+    let mut line = if reply.state == State::Unknown || arrived.contains(&reply.state) {
+        done_line(name, done)
+    } else {
+        let lands = match verb {
+            "pause" | "stop" => format!(", and {verb}s at its next commit boundary"),
+            _ => String::new(),
+        };
+        format!(
+            "{name}: asked to {verb}; it is {}{lands}",
+            reply.state.as_str()
+        )
+    };
     if let Some(reason) = &reply.reason {
         line.push_str(&format!(" ({reason})"));
     }
@@ -342,6 +369,9 @@ fn swap_line(name: &str, sink: &str, done: &str, reply: &Swapped) -> String {
     }
     if let Some(at) = &reply.at {
         line.push_str(&format!(", the new version took over at {at}"));
+    }
+    if reply.restarted {
+        line.push_str("; the pipeline was parked and starts again with it");
     }
     line
 }
@@ -749,7 +779,16 @@ mod tests {
     fn a_steered_pipeline_says_its_new_state_when_told() {
         assert_eq!(
             steered_line("acme/orders", "paused", &read(json!({"state": "paused"}))),
-            "acme/orders: paused; now paused"
+            "acme/orders: paused"
+        );
+        // Asked while it starts: it stops once it reaches a commit boundary.
+        assert_eq!(
+            steered_line(
+                "acme/orders",
+                "stopped",
+                &read(json!({"state": "starting"}))
+            ),
+            "acme/orders: asked to stop; it is starting, and stops at its next commit boundary"
         );
         assert_eq!(
             steered_line("acme/orders", "started", &read(json!({}))),

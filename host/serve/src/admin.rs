@@ -261,6 +261,7 @@ async fn metrics(State(server): State<Arc<Server>>, headers: HeaderMap) -> Answe
 async fn list(State(server): State<Arc<Server>>, Extension(caller): Extension<Caller>) -> Answer {
     Ok(ok(PipelineList {
         pipelines: server.list(&caller),
+        rejected: server.rejected_for(&caller),
     }))
 }
 

@@ -54,6 +54,10 @@ pub struct RejectedFile {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PipelineList {
     pub pipelines: Vec<PipelineSummary>,
+    /// Pipeline files in the watched folder that were not admitted, with
+    /// why (those of the token's tenant; all for the operator's).
+    #[serde(default, deserialize_with = "empty_if_null")]
+    pub rejected: Vec<RejectedFile>,
 }
 
 /// One pipeline of the list.
@@ -150,6 +154,10 @@ pub struct Swapped {
     pub pause_ms: Option<f64>,
     /// The checkpoint where the new version took over.
     pub at: Option<String>,
+    /// The pipeline was parked (or backing off) and starts again with the
+    /// version swapped in: a rollback of the version that parked it.
+    #[serde(default)]
+    pub restarted: bool,
 }
 
 /// A list or map sent as null reads as empty, as a missing one does.
@@ -290,8 +298,13 @@ mod tests {
                     state: State::Stopped,
                     reason: None,
                 }],
+                rejected: vec![RejectedFile {
+                    file: "pipelines/acme/bad.yaml".into(),
+                    error: "unknown key".into(),
+                }],
             }),
-            json!({"pipelines": [{"tenant": "acme", "pipeline": "orders", "state": "stopped", "reason": null}]})
+            json!({"pipelines": [{"tenant": "acme", "pipeline": "orders", "state": "stopped", "reason": null}],
+                   "rejected": [{"file": "pipelines/acme/bad.yaml", "error": "unknown key"}]})
         );
         assert_eq!(sent(&Applied { changed: true }), json!({"changed": true}));
         assert_eq!(sent(&Deleted { deleted: true }), json!({"deleted": true}));
@@ -309,8 +322,10 @@ mod tests {
                 previous_sha256: None,
                 pause_ms: Some(1.5),
                 at: Some("0/10".into()),
+                restarted: false,
             }),
-            json!({"sink": "lake", "sha256": "aa", "previous_sha256": null, "pause_ms": 1.5, "at": "0/10"})
+            json!({"sink": "lake", "sha256": "aa", "previous_sha256": null, "pause_ms": 1.5, "at": "0/10",
+                   "restarted": false})
         );
         assert_eq!(
             sent(&ApiError {

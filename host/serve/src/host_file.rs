@@ -58,6 +58,11 @@ pub struct RestartConfig {
     /// Failures in a row after which a pipeline is parked.
     #[serde(default = "default_max_failures")]
     pub max_failures: u32,
+    /// A plugin version swapped in that makes its pipeline fail before it
+    /// committed this many batches is rolled back to the version before,
+    /// on its own, and the pipeline restarted (0: never, the default).
+    #[serde(default)]
+    pub rollback_within_commits: u64,
 }
 
 impl Default for RestartConfig {
@@ -66,6 +71,7 @@ impl Default for RestartConfig {
             first_backoff_ms: default_first_backoff_ms(),
             max_backoff_ms: default_max_backoff_ms(),
             max_failures: default_max_failures(),
+            rollback_within_commits: 0,
         }
     }
 }

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::api::{PipelineSummary, Swapped};
+use super::api::{PipelineSummary, RejectedFile, Swapped};
 use super::host_file::HostConfig;
 use super::policy::Refusal;
-use super::supervisor::{Context, PluginVersion, Slot, SwapRecord};
+use super::supervisor::{Context, PluginVersion, Slot, State, SwapRecord};
 use super::tenant::{self, Tenant};
 use weir_metrics::Metrics;
 use weir_pipeline::SwapRequest;
@@ -140,6 +140,25 @@ impl Server {
     /// Every slot, for the watcher and `/ready`.
     pub fn slots(&self) -> Vec<Arc<Slot>> {
         self.pipelines().values().cloned().collect()
+    }
+
+    /// The pipeline files of the watched folder that were refused, with
+    /// why: those of the tenants the caller reaches (a file's tenant is
+    /// the folder it lies in).
+    pub fn rejected_for(&self, caller: &Caller) -> Vec<RejectedFile> {
+        self.rejected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(file, _)| {
+                let tenant = file.parent().and_then(Path::file_name);
+                tenant.is_some_and(|t| caller.reaches(&t.to_string_lossy()))
+            })
+            .map(|(file, why)| RejectedFile {
+                file: file.display().to_string(),
+                error: why.clone(),
+            })
+            .collect()
     }
 
     pub fn list(&self, caller: &Caller) -> Vec<PipelineSummary> {
@@ -432,8 +451,17 @@ impl Server {
                 "sink `{sink}` has no previous version to roll back to"
             )));
         };
-        let swapped = self.swap_to(&slot, sink, path, sha256, "rolled_back");
+        let parked = matches!(slot.state().0, State::Parked | State::Backoff);
+        let mut swapped = self.swap_to(&slot, sink, path, sha256, "rolled_back");
         self.prune_uploads(&slot.tenant);
+        // A pipeline parked (or backing off) after a swap is most often
+        // parked by the version swapped in: rolled back, it runs again with
+        // the one before, its failures forgotten. The reply says so.
+        if parked && let Ok(rolled) = &mut swapped {
+            slot.start();
+            rolled.restarted = true;
+            tracing::info!(pipeline = %slot.id(), sink, "rolled back while parked: the pipeline starts again");
+        }
         swapped
     }
 
@@ -579,6 +607,7 @@ impl Server {
             previous_sha256,
             pause_ms: Some(done.pause_ms),
             at: done.at,
+            restarted: false,
         })
     }
 
@@ -636,6 +665,7 @@ fn take_at_next_start(
         previous_sha256,
         pause_ms: None,
         at: None,
+        restarted: false,
     }
 }
 
@@ -666,12 +696,23 @@ fn versions_file(config: &weir_pipeline::config::PipelineConfig) -> PathBuf {
 /// Records which plugin version each sink runs, so a version swapped in
 /// through the API is still the one run after the host restarts.
 fn save_versions(slot: &Slot) {
-    let file = versions_file(&slot.config());
-    let saved = serde_json::to_vec_pretty(&slot.plugins())
+    save_plugin_versions(&slot.id(), &slot.config(), &slot.plugins());
+}
+
+/// Records `plugins` as the versions pipeline `id` (defined by `config`)
+/// runs; a failure to is logged, and the host then starts from the
+/// pipeline file's plugins after a restart.
+pub(crate) fn save_plugin_versions(
+    id: &str,
+    config: &weir_pipeline::config::PipelineConfig,
+    plugins: &BTreeMap<String, PluginVersion>,
+) {
+    let file = versions_file(config);
+    let saved = serde_json::to_vec_pretty(plugins)
         .map_err(|e| e.to_string())
         .and_then(|json| write_atomically(&file, &json));
     if let Err(e) = saved {
-        tracing::warn!(pipeline = %slot.id(), "cannot record the plugin versions: {e}");
+        tracing::warn!(pipeline = %id, "cannot record the plugin versions: {e}");
     }
 }
 

@@ -133,6 +133,21 @@ struct Inner {
     /// In a cluster: the claim this host holds on the pipeline, without
     /// which it does not run.
     held: Option<Held>,
+    /// `restart.rollback_within_commits` of the host (0: no trials).
+    rollback_within: u64,
+    /// Sinks whose version was swapped in and is still on trial.
+    trials: BTreeMap<String, Trial>,
+}
+
+/// A version swapped in, on trial until it has made its first
+/// `restart.rollback_within_commits` commits: a failure it causes before
+/// that rolls it back on its own.
+#[derive(Debug, Clone, Copy)]
+struct Trial {
+    commits_left: u64,
+    /// The run's count of committed batches when the version took over
+    /// (0 for a version taken at a run's start).
+    baseline: u64,
 }
 
 /// A claim on a pipeline, held on a lease of the cluster.
@@ -182,6 +197,8 @@ impl Slot {
                 last_live: None,
                 sink_errors: BTreeMap::new(),
                 held: None,
+                rollback_within: 0,
+                trials: BTreeMap::new(),
             }),
             changed: Condvar::new(),
             swapping: Mutex::new(()),
@@ -353,6 +370,20 @@ impl Slot {
     pub fn set_plugin(&self, sink: &str, version: PluginVersion, record: SwapRecord) {
         let mut inner = self.inner();
         inner.plugins.insert(sink.to_string(), version);
+        // A new version is on trial; one rolled back to was already tried.
+        if record.outcome == "swapped" && inner.rollback_within > 0 {
+            let baseline = inner
+                .control
+                .as_ref()
+                .map_or(0, |c| c.live().batches_committed);
+            let trial = Trial {
+                commits_left: inner.rollback_within,
+                baseline,
+            };
+            inner.trials.insert(sink.to_string(), trial);
+        } else {
+            inner.trials.remove(sink);
+        }
         push_swap(&mut inner, record);
     }
 
@@ -442,6 +473,7 @@ impl Slot {
 
     /// The thread: runs, restarts and parks, until deleted.
     fn supervise(self: Arc<Self>, context: &Context) {
+        self.inner().rollback_within = context.restart.rollback_within_commits;
         loop {
             let (config, control, held) = {
                 let mut inner = self.inner();
@@ -516,6 +548,54 @@ impl Slot {
         }
     }
 
+    /// Rolls `sink` back to the version before the one on trial that made
+    /// the run fail after `used` of its first commits, and says why; `None`
+    /// when there is no version to go back to.
+    fn roll_back_on_trial(
+        &self,
+        inner: &mut Inner,
+        sink: &str,
+        used: u64,
+        failure: &str,
+    ) -> Option<String> {
+        let current = inner.plugins.get(sink)?.clone();
+        let (path, sha256) = current.previous.clone()?;
+        inner.trials.remove(sink);
+        let why = format!(
+            "sink `{sink}`: the version swapped in ({}) failed after {used} of its first {} \
+             commits and was rolled back on its own to {}: {failure}",
+            short(&current.sha256),
+            inner.rollback_within,
+            short(&sha256)
+        );
+        inner.plugins.insert(
+            sink.to_string(),
+            PluginVersion {
+                path,
+                sha256: sha256.clone(),
+                previous: Some((current.path, current.sha256)),
+                swaps: current.swaps + 1,
+                file_sha256: current.file_sha256,
+            },
+        );
+        push_swap(
+            inner,
+            SwapRecord {
+                sink: sink.to_string(),
+                outcome: Cow::Borrowed("rolled_back"),
+                sha256,
+                pause_ms: None,
+                at: None,
+                reason: Some(why.clone()),
+            },
+        );
+        self.metrics.swap(sink, "rolled_back");
+        inner.failures = 0;
+        crate::server::save_plugin_versions(&self.id(), &inner.config, &inner.plugins);
+        tracing::warn!(pipeline = %self.id(), "{why}");
+        Some(why)
+    }
+
     fn after_run(
         &self,
         result: Result<weir_pipeline::RunReport, RunError>,
@@ -526,6 +606,7 @@ impl Slot {
         inner.control = None;
         let live = control.live();
         let committed = live.batches_committed > 0;
+        let on_trial = settle_trials(&mut inner, live.batches_committed);
         inner.last_live = Some(live);
         if context.cluster.is_some() {
             // Fenced, or etcd out of reach: not a failure of the pipeline
@@ -574,13 +655,21 @@ impl Slot {
                     RunError::Sink { sink, .. } => Some(sink.clone()),
                     _ => None,
                 };
-                if let Some(sink) = sink {
-                    inner.sink_errors.insert(sink, message.clone());
+                if let Some(sink) = &sink {
+                    inner.sink_errors.insert(sink.clone(), message.clone());
                 }
                 if inner.restart || inner.wanted != Wanted::Run {
                     if inner.restart {
                         self.set_state(&mut inner, State::Starting, Some(message));
                     }
+                    return;
+                }
+                if let Some(sink) = &sink
+                    && let Some(&(used, left)) = on_trial.get(sink)
+                    && used < left
+                    && let Some(why) = self.roll_back_on_trial(&mut inner, sink, used, &message)
+                {
+                    self.set_state(&mut inner, State::Starting, Some(why));
                     return;
                 }
                 inner.failures = if committed { 1 } else { inner.failures + 1 };
@@ -621,6 +710,22 @@ impl Slot {
     }
 }
 
+/// Counts this run's commits against every version on trial: returns each
+/// trial's commits made in this run and the commits it had left before it,
+/// and ends the trials that are over.
+fn settle_trials(inner: &mut Inner, commits: u64) -> BTreeMap<String, (u64, u64)> {
+    let mut counted = BTreeMap::new();
+    for (sink, trial) in &mut inner.trials {
+        let used = commits.saturating_sub(trial.baseline);
+        counted.insert(sink.clone(), (used, trial.commits_left));
+        trial.commits_left = trial.commits_left.saturating_sub(used);
+        // The next run counts from its own start.
+        trial.baseline = 0;
+    }
+    inner.trials.retain(|_, trial| trial.commits_left > 0);
+    counted
+}
+
 fn push_swap(inner: &mut Inner, record: SwapRecord) {
     if inner.swaps.len() == SWAPS_KEPT {
         inner.swaps.pop_front();
@@ -643,4 +748,9 @@ fn effective(inner: &Inner) -> PipelineConfig {
 /// A failure that a restart cannot mend: a batch no sink can ever write.
 fn is_poison(error: &RunError) -> bool {
     matches!(error, RunError::Stopped(stop) if stop.failure.kind == weir_core::FailureKind::Poison)
+}
+
+/// The first twelve hex digits of a digest, as replies print them.
+fn short(sha256: &str) -> &str {
+    &sha256[..sha256.len().min(12)]
 }

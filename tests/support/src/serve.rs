@@ -175,6 +175,7 @@ struct Restart {
     first_backoff_ms: u64,
     max_backoff_ms: u64,
     max_failures: u32,
+    rollback_within_commits: u64,
 }
 
 #[derive(Serialize)]
@@ -285,7 +286,16 @@ impl ServeHostBuilder {
             first_backoff_ms,
             max_backoff_ms,
             max_failures,
+            ..self.restart
         };
+        self
+    }
+
+    /// A version swapped in that fails its pipeline before this many
+    /// commits is rolled back on its own (`restart.rollback_within_commits`;
+    /// default 0, never).
+    pub fn rollback_within_commits(mut self, commits: u64) -> Self {
+        self.restart.rollback_within_commits = commits;
         self
     }
 
@@ -476,6 +486,7 @@ impl ServeHost {
                 first_backoff_ms: 200,
                 max_backoff_ms: 2_000,
                 max_failures: 3,
+                rollback_within_commits: 0,
             },
             log_filter: "info".into(),
             admin: serde_json::Map::new(),

@@ -399,6 +399,10 @@ fn an_oversized_pipeline_file_is_refused_without_being_read() {
         why.contains(&format!("{SIZE} bytes")) && why.contains("1024 KiB"),
         "the refusal does not say the file is too large: {reply}"
     );
+    // The tenant's own list names the refused file and why, as /ready does.
+    let listed = host.list(host.token(TENANT_A));
+    assert_eq!(listed.code, 200, "{listed}");
+    assert_eq!(listed.json()["rejected"], *rejected, "{listed}");
     // Bound: a tenth of the file. Reading it whole takes all of it.
     let peak = memory_kib(pid, "VmHWM");
     let grown_kib = peak.saturating_sub(resident_before);

@@ -398,6 +398,99 @@ fn twenty_replacements_under_load_keep_the_destination_exact() {
     );
 }
 
+/// Deploys `name`, a paced generator pipeline into the Parquet sink, and
+/// once it runs swaps in a bad release: the poison fixture, which opens
+/// and then refuses every batch.
+fn swap_a_bad_release_into_a_running_lake(host: &ServeHost, name: &str, changes: u64) {
+    let token = host.token(TENANT).to_string();
+    let pipeline = PipelineBuilder::generator(SEED, changes)
+        .name(name)
+        .pace_us(2_000)
+        .max_rows(200)
+        .linger_ms(50)
+        .sink(SinkBuilder::new(SINK, plugin("weir-parquet-sink")).retries(1));
+    let reply = host.deploy(TENANT, &pipeline, &token);
+    assert!(reply.is_success(), "creating the pipeline: {reply}");
+    host.wait_for_state(TENANT, name, "running", Duration::from_secs(60));
+    let poison = std::fs::read(plugin("weir-fixture-poison")).unwrap();
+    let reply = host.replace_plugin(TENANT, name, SINK, &poison, None, &token);
+    assert_eq!(reply.code, 200, "swapping in the poison fixture: {reply}");
+    assert!(
+        reply.json()["pause_ms"].is_number(),
+        "INCONCLUSIVE: the pipeline was no longer running at the swap: {reply}"
+    );
+}
+
+/// A release that opens and then refuses every batch (the poison fixture)
+/// parks the pipeline on its first batch; rolling it back starts the
+/// pipeline again with the version before, which writes the batch the bad
+/// one refused and every later one: the Parquet lake ends complete.
+#[test]
+fn rolling_back_the_version_that_parked_a_pipeline_runs_it_again() {
+    const NAME: &str = "lake";
+    const CHANGES: u64 = 4_000;
+    let host = ServeHost::builder().tenant(Tenant::new(TENANT)).start();
+    let token = host.token(TENANT).to_string();
+    swap_a_bad_release_into_a_running_lake(&host, NAME, CHANGES);
+    let parked = host.wait_for_state(TENANT, NAME, "parked", Duration::from_secs(60));
+    assert!(
+        parked["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("fixture refuses")),
+        "parked for another reason: {parked}"
+    );
+
+    let reply = host.rollback(TENANT, NAME, SINK, &token);
+    assert_eq!(reply.code, 200, "rolling back: {reply}");
+    assert_eq!(reply.json()["restarted"], true, "{reply}");
+    let finished = host.wait_for_state(TENANT, NAME, "finished", Duration::from_secs(120));
+    assert_eq!(finished["failures"], 0, "{finished}");
+    let duplicates = assert_parquet_complete(
+        &host.sink_root(TENANT, NAME, SINK),
+        &expected_state(SEED, CHANGES),
+    );
+    println!("rolled back from parked; the lake is complete ({duplicates} replayed changes)");
+}
+
+/// With `restart.rollback_within_commits`, the same bad release is rolled
+/// back on its own: the pipeline never parks, the swap list says why, and
+/// the lake ends complete.
+#[test]
+fn a_version_failing_within_its_trial_commits_is_rolled_back_on_its_own() {
+    const NAME: &str = "trial";
+    const CHANGES: u64 = 4_000;
+    let host = ServeHost::builder()
+        .tenant(Tenant::new(TENANT))
+        .rollback_within_commits(50)
+        .start();
+    let good = sha256_hex(&std::fs::read(plugin("weir-parquet-sink")).unwrap());
+    swap_a_bad_release_into_a_running_lake(&host, NAME, CHANGES);
+    let finished = host.wait_for_state(TENANT, NAME, "finished", Duration::from_secs(120));
+    assert_eq!(finished["plugins"][SINK]["sha256"], good, "{finished}");
+    let swaps = finished["swaps"].as_array().expect("the swap list");
+    let last = swaps.last().expect("a swap");
+    assert_eq!(last["outcome"], "rolled_back", "{finished}");
+    assert_eq!(last["sha256"], good, "{finished}");
+    let why = last["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("rolled back on its own") && why.contains("fixture refuses"),
+        "the rollback's reason: {why}"
+    );
+    assert_parquet_complete(
+        &host.sink_root(TENANT, NAME, SINK),
+        &expected_state(SEED, CHANGES),
+    );
+    let page = host.get_with("/metrics", host.operator_token()).body;
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("weir_plugin_swaps_total{")
+                && l.contains(&format!("pipeline=\"{NAME}\""))
+                && l.contains("outcome=\"rolled_back\"")
+                && l.ends_with(" 1")),
+        "no rolled_back swap counted:\n{page}"
+    );
+}
+
 /// Writes commit objects as the positioned fixture does (only the metadata
 /// the check reads): `tables[t]` lists table `t`'s committing instances in
 /// sequence order.
