@@ -50,6 +50,17 @@ pub struct TableStatus {
     pub lag_transactions: Option<u64>,
 }
 
+/// The pipeline's source, opened to be asked, not run (`weir status`,
+/// `weir tables`). No stop flag to share: these commands install no signal
+/// handler, so Ctrl-C ends them whatever they wait for.
+fn read_only_source(
+    config: &PipelineConfig,
+    io: &tokio::runtime::Handle,
+) -> Result<Box<dyn weir_source::Source>, RunError> {
+    let never = Arc::new(AtomicBool::new(false));
+    setup::make_source(config, &RunOptions::default(), io, never)
+}
+
 /// One table as a sink's `write` receives it (`weir tables`).
 #[derive(Debug, Serialize)]
 pub struct TableShape {
@@ -86,9 +97,7 @@ pub fn tables(
     config: &PipelineConfig,
     io: &tokio::runtime::Handle,
 ) -> Result<Vec<TableShape>, RunError> {
-    let never = Arc::new(AtomicBool::new(false));
-    let source = setup::make_source(config, &RunOptions::default(), io, never)?;
-    let tables = source.tables();
+    let tables = read_only_source(config, io)?.tables();
     let descriptions = setup::describe_tables(config, &tables)?;
     Ok(tables
         .iter()
@@ -133,10 +142,7 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
         ))
     })?;
     let engine = WasmEngine::new(&config.cache_dir())?;
-    // No stop flag to share: `weir status` installs no signal handler, so
-    // Ctrl-C ends it whatever it waits for.
-    let never = Arc::new(AtomicBool::new(false));
-    let mut source = setup::make_source(config, &RunOptions::default(), io, never)?;
+    let mut source = read_only_source(config, io)?;
     let head = source.head();
     let ceiling = source.ceiling()?;
     let tables = source.tables();

@@ -471,7 +471,6 @@ pub fn aimed_run(
     let mut command = common::weir_command();
     command
         .args(["run", pipeline.to_str().unwrap()])
-        .env_remove("WEIR_SERVER")
         .env("WEIR_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("a log file"));

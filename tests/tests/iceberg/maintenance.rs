@@ -331,7 +331,6 @@ fn maintenance_killed_at_random_beside_a_running_pipeline_leaves_every_table_exa
     let spawn = |args: &[&str], log: &Path| {
         common::weir_command()
             .args(args)
-            .env_remove("WEIR_SERVER")
             .env("WEIR_COMPONENT_CACHE", &cache)
             .env("WEIR_LOG", "info")
             .stdout(std::fs::File::create(log.with_extension("out")).unwrap())

@@ -96,7 +96,6 @@ fn run_weir(pipeline: &Path, cache: &Path) -> WeirRun {
     let started = Instant::now();
     let child = common::weir_command()
         .args(["run", "--json", pipeline.to_str().unwrap()])
-        .env_remove("WEIR_SERVER")
         .env("WEIR_LOG", "warn")
         .env("WEIR_COMPONENT_CACHE", cache)
         .stdin(Stdio::null())

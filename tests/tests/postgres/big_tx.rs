@@ -136,7 +136,6 @@ fn run_measured(pipeline: &Path) -> (String, f64) {
     let (out_path, err_path) = (dir.join("run.stdout"), dir.join("run.stderr"));
     let child = common::weir_command()
         .args(["run", pipeline.to_str().unwrap()])
-        .env_remove("WEIR_SERVER")
         .env("WEIR_LOG", "warn")
         .env("WEIR_PG_EXIT", "true")
         .stdout(std::fs::File::create(&out_path).unwrap())
