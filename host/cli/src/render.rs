@@ -146,7 +146,12 @@ pub fn plugin_info(info: &PluginInfo, as_json: bool) {
     let network: Vec<String> = info
         .network
         .iter()
-        .map(|kind| format!("{kind} (needs grants.{kind} in the sink's entry)"))
+        .map(|kind| match info.optional_network.contains(kind) {
+            true => format!(
+                "{kind} (optional: needs grants.{kind} only where its config makes it reach out)"
+            ),
+            false => format!("{kind} (needs grants.{kind} in the sink's entry)"),
+        })
         .collect();
     match network.is_empty() {
         true => println!("network      none"),

@@ -74,8 +74,14 @@ pub struct PluginInfo {
     /// The optional exports it has (`positions`, `maintenance`).
     pub capabilities: Vec<OptionalExport>,
     /// The kinds of network access it imports (`http`, `tcp`): its sink's
-    /// entry must grant them (`grants.http`, `grants.tcp`) before it loads.
+    /// entry must grant them (`grants.http`, `grants.tcp`) before it loads,
+    /// unless the plugin declares them optional.
     pub network: Vec<String>,
+    /// The kinds of network access the plugin declares it uses only when
+    /// its configuration asks for them (`weir_sdk::optional_network!`): it
+    /// loads without their grant, and every request it makes is then
+    /// refused by the grant check, naming the key to add.
+    pub optional_network: Vec<String>,
     /// Every interface it imports.
     pub imports: Vec<String>,
     /// Every interface it exports.
@@ -146,7 +152,7 @@ impl Plugin {
         }
         check_is_component(path, &wasm)?;
         let component = engine.component(path, &wasm, &sha256, limits)?;
-        let info = inspect_component(engine, path, &component, &sha256, wasm.len() as u64)?;
+        let info = inspect_component(engine, path, &component, &sha256, &wasm)?;
         check_imports(path, &info, &ImportGrants { network })?;
         let pre = linker
             .instantiate_pre(&component)
@@ -196,7 +202,7 @@ pub fn inspect(engine: &WasmEngine, path: &Path) -> Result<PluginInfo, LoadError
     check_is_component(path, &wasm)?;
     let sha256 = digest(&wasm);
     let component = engine.component(path, &wasm, &sha256, &limits)?;
-    inspect_component(engine, path, &component, &sha256, wasm.len() as u64)
+    inspect_component(engine, path, &component, &sha256, &wasm)
 }
 
 /// Reads a plugin file, refusing one larger than `max_bytes` before
@@ -222,7 +228,7 @@ fn inspect_component(
     path: &Path,
     component: &wasmtime::component::Component,
     sha256: &str,
-    size: u64,
+    wasm: &[u8],
 ) -> Result<PluginInfo, LoadError> {
     let ty = component.component_type();
     let imports: Vec<String> = ty
@@ -282,10 +288,11 @@ fn inspect_component(
     Ok(PluginInfo {
         path: path.to_path_buf(),
         sha256: sha256.to_string(),
-        size,
+        size: wasm.len() as u64,
         wit_version,
         capabilities,
         network: network::imported_kinds(&imports),
+        optional_network: declared_optional_network(path, wasm)?,
         imports,
         exports,
     })
@@ -312,6 +319,13 @@ fn check_imports(path: &Path, info: &PluginInfo, grants: &ImportGrants) -> Resul
                     )));
                 }
                 match capability::provider_of(&import) {
+                    Some(_)
+                        if network::kind_of(&import).is_some_and(|kind| {
+                            info.optional_network.iter().any(|o| o == kind)
+                        }) =>
+                    {
+                        true
+                    }
                     Some(provider) => {
                         provider.check_import(&import, grants).map_err(refuse)?;
                         true
@@ -347,6 +361,48 @@ fn list_or_none(items: &[String]) -> String {
 /// Refuses files that are not components before the compiler sees them, so
 /// the operator reads what is wrong rather than a parser's complaint. The
 /// header's layer field tells components (1) from core modules (0).
+/// The custom section in which a plugin lists the network kinds it uses only
+/// when configured to (see `weir_sdk::optional_network!`).
+pub const OPTIONAL_NETWORK_SECTION: &str = "weir:optional-network";
+
+/// The kinds a plugin declares optional, from its custom sections (in the
+/// component or any module inside it). Only kinds weir knows are accepted,
+/// so that a typo does not pass silently.
+fn declared_optional_network(path: &Path, wasm: &[u8]) -> Result<Vec<String>, LoadError> {
+    let mut kinds: Vec<String> = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        let Ok(wasmparser::Payload::CustomSection(section)) = payload else {
+            // The component compiled, so its structure is sound: a payload
+            // that does not parse here holds no declaration.
+            continue;
+        };
+        if section.name() != OPTIONAL_NETWORK_SECTION {
+            continue;
+        }
+        let text = std::str::from_utf8(section.data()).unwrap_or_default();
+        for kind in text
+            .split([',', '\0'])
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+        {
+            if !network::KINDS.contains(&kind) {
+                return Err(LoadError::Contract {
+                    path: path.to_path_buf(),
+                    detail: format!(
+                        "declares network kind `{kind}` optional in its `{OPTIONAL_NETWORK_SECTION}` \
+                         section; the kinds are {}",
+                        network::KINDS.join(", ")
+                    ),
+                });
+            }
+            if !kinds.iter().any(|k| k == kind) {
+                kinds.push(kind.to_string());
+            }
+        }
+    }
+    Ok(kinds)
+}
+
 fn check_is_component(path: &Path, wasm: &[u8]) -> Result<(), LoadError> {
     let refuse = |detail: &str| {
         Err(LoadError::NotAComponent {
@@ -385,6 +441,7 @@ mod tests {
             wit_version: "0.1.0".into(),
             capabilities: Vec::new(),
             network: Vec::new(),
+            optional_network: Vec::new(),
             imports: imports.iter().map(|i| i.to_string()).collect(),
             exports: vec!["weir:sink/sink@0.1.0".into()],
         }
@@ -425,5 +482,62 @@ mod tests {
                 .contains("granted: weir:sink/blobstore, weir:sink/log and WASI")
         );
         assert!(refused("weir:sink/log@0.2.0").contains("this host provides weir:sink@0.1.0"));
+    }
+
+    #[test]
+    fn a_kind_declared_optional_loads_without_its_grant_and_only_that_kind() {
+        let path = Path::new("sink.wasm");
+        let none = ImportGrants {
+            network: &NetworkGrants::default(),
+        };
+        let mut both = info(&["wasi:http/outgoing-handler@0.2.6", "wasi:sockets/tcp@0.2.6"]);
+        both.optional_network = vec!["http".into()];
+        match check_imports(path, &both, &none) {
+            Err(LoadError::Contract { detail, .. }) => {
+                assert!(detail.contains("has no `grants.tcp`"), "{detail}")
+            }
+            other => panic!("tcp was not optional, yet it loaded: {other:?}"),
+        }
+        both.optional_network.push("tcp".into());
+        assert!(check_imports(path, &both, &none).is_ok());
+    }
+
+    /// A component-shaped file with custom sections: what the declaration
+    /// reader sees, without building a plugin.
+    fn with_sections(sections: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut wasm = b"\0asm\x0d\x00\x01\x00".to_vec();
+        for (name, data) in sections {
+            let mut body = vec![name.len() as u8];
+            body.extend_from_slice(name.as_bytes());
+            body.extend_from_slice(data);
+            wasm.push(0);
+            wasm.push(body.len() as u8);
+            wasm.extend(body);
+        }
+        wasm
+    }
+
+    #[test]
+    fn optional_network_is_read_from_its_custom_section_and_checked() {
+        let path = Path::new("sink.wasm");
+        let read = |wasm: Vec<u8>| declared_optional_network(path, &wasm);
+        assert_eq!(read(with_sections(&[])).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            read(with_sections(&[
+                ("producers", b"x"),
+                (OPTIONAL_NETWORK_SECTION, b"http, tcp,http"),
+            ]))
+            .unwrap(),
+            vec!["http".to_string(), "tcp".to_string()]
+        );
+        match read(with_sections(&[(OPTIONAL_NETWORK_SECTION, b"htp")])) {
+            Err(LoadError::Contract { detail, .. }) => {
+                assert!(
+                    detail.contains("declares network kind `htp` optional"),
+                    "{detail}"
+                )
+            }
+            other => panic!("a misspelled kind was accepted: {other:?}"),
+        }
     }
 }

@@ -27,6 +27,8 @@ use iceberg::spec::{
 };
 use iceberg::{Error, ErrorKind, Result};
 
+use crate::catalog::Next;
+
 /// What one commit adds to a table, written once and reused on retries.
 #[derive(Debug, Clone)]
 pub struct Delta {
@@ -241,13 +243,14 @@ pub async fn write_manifests(
 }
 
 /// Builds the metadata that follows `base` (stored at `base_location`) with
-/// `delta` as its new current snapshot on `main`.
+/// `delta` as its new current snapshot on `main`, and the changes that lead
+/// there (what a REST catalog is sent).
 pub async fn next_metadata(
     file_io: &FileIO,
     base: &TableMetadata,
     base_location: &str,
     delta: &Delta,
-) -> Result<TableMetadata> {
+) -> Result<Next> {
     if base.format_version() != FormatVersion::V2 {
         return Err(Error::new(
             ErrorKind::FeatureUnsupported,
@@ -340,7 +343,7 @@ pub async fn next_metadata(
             ),
         )?
         .build()?;
-    Ok(built.metadata)
+    Ok(built.into())
 }
 
 fn now_ms() -> i64 {

@@ -5,8 +5,9 @@
 //!   storage trait ([`storage`]). The operator says under which URL readers
 //!   see that store (`warehouse`), because Iceberg metadata holds absolute
 //!   locations.
-//! - The catalog is a file-system catalog on the same store ([`catalog`]):
-//!   a commit is one atomic `put_if_absent` of the next `vN.metadata.json`.
+//! - The catalog is a file-system catalog on the same store (a commit is one
+//!   atomic `put_if_absent` of the next `vN.metadata.json`), or an Iceberg
+//!   REST catalog ([`catalog`]).
 //! - A table is created from its first batch: the batch's columns, the
 //!   pipeline's key columns as identifier fields. `append` tables get one row
 //!   per change; `upsert` tables mirror the source. By default a commit
@@ -22,7 +23,12 @@
 //! | key | meaning |
 //! | --- | --- |
 //! | `warehouse` | required: the URL readers reach the blob store root at, e.g. `file:///srv/lake`, `s3://bucket/lake` |
-//! | `catalog` | `filesystem` (the default and, for now, the only one) |
+//! | `catalog` | `filesystem` (the default: metadata files in the blob store) or `rest` (an Iceberg REST catalog, [`catalog::rest`]) |
+//! | `catalog_uri` | with `rest`, required: the catalog's base URL (its routes are under `/v1/`); its host must be in the sink's `grants.http` |
+//! | `catalog_prefix`, `catalog_warehouse` | with `rest`: the route prefix (else the one `/v1/config` gives) and the warehouse to ask `/v1/config` for |
+//! | `catalog_token` or `catalog_credential` | with `rest`: a bearer token, or OAuth2 client credentials `client_id:client_secret` (with `catalog_oauth2_uri`, default `<catalog_uri>/v1/oauth/tokens`, and `catalog_scope`, default `catalog`) |
+//! | `catalog_header.<name>` | with `rest`: an extra header sent with every catalog request |
+//! | `catalog_timeout_ms` | with `rest`: bound on each catalog request (default 30000) |
 //! | `target_file_size_mb` | data files roll over at this size (default 128) |
 //! | `delete_mode` | upsert tables: `position` (default) or `equality` |
 //! | `index_checkpoint_commits` | store the key index every this many commits (default 50) |
@@ -46,6 +52,10 @@ use weir_sdk::{Batch, CommitRequest, Committed, Config, Positions, Result, Sink,
 #[global_allocator]
 static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
+// Only `catalog: rest` reaches the network: a sink on the file-system
+// catalog loads without `grants.http`.
+weir_sdk::optional_network!("http");
+
 mod avro_names;
 pub mod catalog;
 pub mod commit;
@@ -57,7 +67,8 @@ pub mod schema;
 pub mod storage;
 mod table_commit;
 
-use catalog::{Catalog, FsCatalog, Loaded};
+use catalog::rest::{Auth, RestSettings};
+use catalog::{Catalog, Configured, FsCatalog, Loaded, RestCatalog};
 use storage::Warehouse;
 use table_commit::TableCommit;
 
@@ -111,7 +122,7 @@ pub enum DeleteMode {
 struct Settings {
     pipeline: String,
     file_io: FileIO,
-    catalog: FsCatalog,
+    catalog: Configured,
     target_file_size: usize,
     delete_mode: DeleteMode,
     checkpoint_every: u64,
@@ -124,6 +135,81 @@ struct ConfiguredSpec {
     /// The config key it came from, for messages.
     key: String,
     terms: Vec<partition::Term>,
+}
+
+/// The `catalog_*` keys of a sink on a REST catalog.
+fn rest_settings(config: &Config) -> Result<RestSettings> {
+    let uri = config
+        .get("catalog_uri")
+        .ok_or_else(|| {
+            SinkError::Fatal(
+                "config key `catalog_uri` is required with `catalog: rest` (the catalog's base \
+                 URL, such as https://catalog.example.com/api/catalog; requests go to its /v1/ \
+                 routes)"
+                    .into(),
+            )
+        })?
+        .trim_end_matches('/')
+        .to_string();
+    let token = config.get("catalog_token");
+    let credential = config.get("catalog_credential");
+    let auth = match (token, credential) {
+        (Some(_), Some(_)) => {
+            return Err(SinkError::Fatal(
+                "config keys `catalog_token` and `catalog_credential` are both set: use one \
+                 (a fixed bearer token, or OAuth2 client credentials `client_id:client_secret`)"
+                    .into(),
+            ));
+        }
+        (Some(token), None) => Auth::Bearer(token.to_string()),
+        (None, Some(credential)) => {
+            let (client_id, client_secret) = credential.split_once(':').ok_or_else(|| {
+                SinkError::Fatal(
+                    "config key `catalog_credential`: write it as `client_id:client_secret`".into(),
+                )
+            })?;
+            Auth::ClientCredentials {
+                endpoint: config.get("catalog_oauth2_uri").map(str::to_string),
+                client_id: client_id.to_string(),
+                client_secret: client_secret.to_string(),
+                scope: config.get("catalog_scope").unwrap_or("catalog").to_string(),
+            }
+        }
+        (None, None) => Auth::None,
+    };
+    if config.get("catalog_oauth2_uri").is_some() && !matches!(auth, Auth::ClientCredentials { .. })
+    {
+        return Err(SinkError::Fatal(
+            "config key `catalog_oauth2_uri` is set without `catalog_credential`".into(),
+        ));
+    }
+    let headers = config
+        .iter()
+        .filter_map(|(key, value)| {
+            key.strip_prefix("catalog_header.")
+                .map(|name| (name.to_string(), value.to_string()))
+        })
+        .collect();
+    let timeout_ms: u64 = config.parse("catalog_timeout_ms", 30_000)?;
+    if timeout_ms == 0 {
+        return Err(SinkError::Fatal(
+            "config key `catalog_timeout_ms` must be at least 1".into(),
+        ));
+    }
+    let settings = RestSettings {
+        uri,
+        prefix: config.get("catalog_prefix").map(str::to_string),
+        warehouse: config.get("catalog_warehouse").map(str::to_string),
+        auth,
+        headers,
+        timeout: std::time::Duration::from_millis(timeout_ms),
+    };
+    RestCatalog::validate(&settings).map_err(|e| {
+        SinkError::Fatal(format!(
+            "config key `catalog_uri` or a `catalog_header.*`: {e}"
+        ))
+    })?;
+    Ok(settings)
 }
 
 /// The `partition.<namespace>.<table>` entries of the config, by table path.
@@ -159,20 +245,27 @@ impl Sink for IcebergSink {
         avro_names::install();
         let warehouse = Warehouse::new(config.require("warehouse")?)
             .map_err(|e| SinkError::Fatal(format!("config key `warehouse`: {e}")))?;
-        match config.get("catalog").unwrap_or("filesystem") {
-            "filesystem" => {}
-            "rest" => {
-                return Err(SinkError::Fatal(
-                    "config key `catalog`: a REST catalog is not supported yet; use `filesystem`"
-                        .into(),
-                ));
+        let catalog = match config.get("catalog").unwrap_or("filesystem") {
+            "filesystem" => {
+                if let Some((key, _)) = config.iter().find(|(k, _)| k.starts_with("catalog_")) {
+                    return Err(SinkError::Fatal(format!(
+                        "config key `{key}` is for a REST catalog: set `catalog: rest`, or \
+                         remove it"
+                    )));
+                }
+                Configured::Fs(FsCatalog::new(warehouse.clone()))
             }
+            "rest" => Configured::Rest(Box::new(RestCatalog::new(
+                rest_settings(config)?,
+                warehouse.clone(),
+            ))),
             other => {
                 return Err(SinkError::Fatal(format!(
-                    "config key `catalog`: unknown catalog {other:?} (expected `filesystem`)"
+                    "config key `catalog`: unknown catalog {other:?} (expected `filesystem` or \
+                     `rest`)"
                 )));
             }
-        }
+        };
         let target_mb: usize = config.parse("target_file_size_mb", 128)?;
         if target_mb == 0 {
             return Err(SinkError::Fatal(
@@ -200,7 +293,7 @@ impl Sink for IcebergSink {
         self.settings = Some(Settings {
             pipeline: pipeline.to_string(),
             file_io: warehouse.file_io(),
-            catalog: FsCatalog::new(warehouse),
+            catalog,
             target_file_size: target_mb << 20,
             delete_mode,
             checkpoint_every,

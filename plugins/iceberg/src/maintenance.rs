@@ -48,7 +48,7 @@ use iceberg::{Error, ErrorKind, Runtime};
 use weir_sdk::blob::{self, BlobError};
 use weir_sdk::{Config, Result, SinkError};
 
-use crate::catalog::{Catalog, CommitError, Loaded};
+use crate::catalog::{Catalog, CommitError, Loaded, Next};
 use crate::{IcebergSink, Settings, iceberg_error, index_path};
 
 /// What to do, and how much, at commit boundaries and on demand.
@@ -767,7 +767,7 @@ impl TableWork<'_> {
             })
             .with_schema_id(metadata.current_schema_id())
             .build();
-        let next = metadata
+        let next: Next = metadata
             .clone()
             .into_builder(Some(base.location.clone()))
             .add_snapshot(snapshot)?
@@ -776,7 +776,7 @@ impl TableWork<'_> {
                 SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
             )?
             .build()?
-            .metadata;
+            .into();
         match self.settings.catalog.commit(self.path, base, next) {
             Ok(loaded) => Ok(Some(Round::Committed {
                 loaded: Box::new(loaded),
@@ -863,12 +863,12 @@ impl TableWork<'_> {
             }
         }
 
-        let next = metadata
+        let next: Next = metadata
             .clone()
             .into_builder(Some(base.location.clone()))
             .remove_snapshots(&removed)
             .build()?
-            .metadata;
+            .into();
         let loaded = match self.settings.catalog.commit(self.path, base, next) {
             Ok(loaded) => loaded,
             Err(CommitError::Conflict) => return Ok(Expired::Lost),
@@ -893,7 +893,10 @@ impl TableWork<'_> {
         if recorded && failed == 0 {
             let _ = blob::delete(&record);
         }
-        let old_metadata = self.remove_old_metadata(&loaded);
+        let old_metadata = self
+            .settings
+            .catalog
+            .remove_old_metadata(self.path, &loaded);
         let mut report = format!(
             "expired {} snapshots, deleted {deleted} files and {old_metadata} old metadata files",
             removed.len()
@@ -940,39 +943,6 @@ impl TableWork<'_> {
             blob::delete(&record.path).map_err(crate::storage::blob_error)?;
         }
         Ok(deleted)
-    }
-
-    /// Deletes the `v<N>.metadata.json` files older than the oldest one the
-    /// metadata log still names; returns how many went.
-    fn remove_old_metadata(&self, loaded: &Loaded) -> usize {
-        let version = |name: &str| -> Option<u64> {
-            let file = name.rsplit('/').next()?;
-            file.strip_prefix('v')?
-                .strip_suffix(".metadata.json")?
-                .parse()
-                .ok()
-        };
-        let Some(oldest) = loaded
-            .metadata
-            .metadata_log()
-            .iter()
-            .filter_map(|log| version(&log.metadata_file))
-            .min()
-        else {
-            return 0;
-        };
-        let Ok(listed) = blob::list(&format!("{}/metadata/", self.path)) else {
-            return 0;
-        };
-        let mut removed = 0;
-        for object in listed {
-            if version(&object.path).is_some_and(|v| v < oldest && v < loaded.version)
-                && blob::delete(&object.path).is_ok()
-            {
-                removed += 1;
-            }
-        }
-        removed
     }
 
     /// Deletes files a round wrote and never committed; what cannot be

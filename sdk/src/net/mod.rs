@@ -46,8 +46,47 @@
 //!
 //! Natively this module is a check of grants, not a sandbox: native code
 //! can open any socket it likes. The sandbox is the host.
+//!
+//! A plugin that imports the network is refused at load when its sink has
+//! no grant of that kind, so an operator learns of a missing grant at
+//! once. A sink that reaches the network only when its configuration asks
+//! (say, a catalog that is either files in the blob store or a REST
+//! service) declares that kind optional with [`optional_network!`]: it
+//! then loads without the grant, and each request it makes is refused,
+//! naming the grant to add.
 
 pub mod http;
+
+/// Declares network kinds (`"http"`, `"tcp"`, or both as `"http,tcp"`)
+/// that the sink uses only when its configuration asks for them, so that
+/// a pipeline that does not use them need not grant them (see the module
+/// documentation). Write it once, at the top level of the sink's crate:
+///
+/// ```
+/// weir_sdk::optional_network!("http");
+/// ```
+///
+/// The declaration is a custom section of the component
+/// (`weir:optional-network`), read by the host when it loads the plugin;
+/// `weir plugin inspect` shows it. Natively it is nothing.
+#[macro_export]
+macro_rules! optional_network {
+    ($kinds:literal) => {
+        #[cfg(target_family = "wasm")]
+        #[used]
+        #[unsafe(link_section = "weir:optional-network")]
+        static __WEIR_OPTIONAL_NETWORK: [u8; $kinds.len()] = {
+            let text: &[u8] = $kinds.as_bytes();
+            let mut bytes = [0u8; $kinds.len()];
+            let mut i = 0;
+            while i < text.len() {
+                bytes[i] = text[i];
+                i += 1;
+            }
+            bytes
+        };
+    };
+}
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
 #[cfg(target_arch = "wasm32")]

@@ -12,6 +12,9 @@
 //! - [`measure`]: a child's own CPU time and peak memory (feature `host`);
 //! - [`redis`]: a private `redis-server` per test, and what the Redis sink
 //!   wrote read back and compared with the oracle;
+//! - [`iceberg_rest`]: a private Iceberg REST catalog per test (pyiceberg's
+//!   `SqlCatalog` behind the REST protocol, with fault injection), and
+//!   tables read back through it with pyiceberg and DuckDB;
 //! - [`serve`]: `weir serve` per test, its admin API, and new versions of
 //!   a plugin to swap in (feature `serve`, on by default).
 //!
@@ -24,6 +27,7 @@ pub mod command;
 pub mod etcd;
 #[cfg(feature = "host")]
 pub mod expect;
+pub mod iceberg_rest;
 pub mod kill;
 #[cfg(feature = "host")]
 pub mod measure;

@@ -31,7 +31,7 @@ fn inspect_reports_capabilities_of_every_shipped_plugin() {
     let cases = [
         ("weir-parquet-sink", false, &[][..]),
         ("weir-null-sink", false, &[]),
-        ("weir-iceberg-sink", true, &[]),
+        ("weir-iceberg-sink", true, &["http"]),
         ("weir-redis-sink", true, &["tcp"]),
         ("weir-fixture-positioned", true, &[]),
         ("weir-fixture-trap", false, &[]),
@@ -57,6 +57,18 @@ fn inspect_reports_capabilities_of_every_shipped_plugin() {
             "{name}: {info}"
         );
         assert_eq!(info["network"], serde_json::json!(network), "{name}");
+        // Only the Iceberg sink's network use (a REST catalog) is optional:
+        // it loads on the file-system catalog without `grants.http`.
+        let optional: &[&str] = if name == "weir-iceberg-sink" {
+            &["http"]
+        } else {
+            &[]
+        };
+        assert_eq!(
+            info["optional_network"],
+            serde_json::json!(optional),
+            "{name}"
+        );
         let bytes = std::fs::read(&file).unwrap();
         assert_eq!(info["size"], bytes.len() as u64, "{name}");
         assert_eq!(info["sha256"].as_str().unwrap().len(), 64);

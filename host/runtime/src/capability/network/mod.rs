@@ -75,6 +75,17 @@ const ACCESS: [Access; 2] = [
     },
 ];
 
+/// The kinds of network access, as grants and plugins name them.
+pub const KINDS: [&str; 2] = [ACCESS[0].kind, ACCESS[1].kind];
+
+/// The kind of network access an import reaches for, if it is a network one.
+pub fn kind_of(import: &Import) -> Option<&'static str> {
+    ACCESS
+        .iter()
+        .find(|access| access.package == import.package)
+        .map(|access| access.kind)
+}
+
 /// The network capability.
 pub struct Network;
 

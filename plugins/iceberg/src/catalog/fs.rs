@@ -8,62 +8,13 @@
 //! `metadata/version-hint.text` (N, for readers such as DuckDB's
 //! `iceberg_scan` on the table folder) is written after each commit; it may lag
 //! after a crash, so loading starts at the hint and probes forward.
-//!
-//! The [`Catalog`] trait is the seam for a REST catalog later: same calls,
-//! the commit becomes the REST `updateTable` with its own conflict answer.
 
 use iceberg::spec::TableMetadata;
 use iceberg::{Error, ErrorKind, Result};
 use weir_sdk::blob::{self, BlobError};
 
+use super::{Catalog, CommitError, Loaded, Next};
 use crate::storage::{Warehouse, blob_error};
-
-/// One loaded version of a table's metadata.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    /// The version number N of `v<N>.metadata.json`.
-    pub version: u64,
-    /// The absolute location of that file.
-    pub location: String,
-    pub metadata: TableMetadata,
-}
-
-/// How a commit ended when it did not succeed.
-#[derive(Debug)]
-pub enum CommitError {
-    /// Another writer committed the version first: reload and try again.
-    Conflict,
-    Failed(Error),
-}
-
-impl From<Error> for CommitError {
-    fn from(e: Error) -> Self {
-        CommitError::Failed(e)
-    }
-}
-
-/// What the sink needs from a catalog.
-pub trait Catalog {
-    /// The current metadata of the table at `table_path` (relative to the
-    /// warehouse), or `None` if it does not exist.
-    fn load(&self, table_path: &str) -> Result<Option<Loaded>>;
-    /// Creates the table with its first metadata.
-    fn create(
-        &self,
-        table_path: &str,
-        metadata: &TableMetadata,
-    ) -> std::result::Result<Loaded, CommitError>;
-    /// Replaces `base` by `metadata` atomically, or fails with
-    /// [`CommitError::Conflict`] if `base` is no longer current.
-    fn commit(
-        &self,
-        table_path: &str,
-        base: &Loaded,
-        metadata: TableMetadata,
-    ) -> std::result::Result<Loaded, CommitError>;
-    /// The absolute location of a table.
-    fn table_location(&self, table_path: &str) -> String;
-}
 
 /// The file-system catalog: commits are `put_if_absent` of the next version.
 #[derive(Debug, Clone)]
@@ -214,7 +165,7 @@ impl Catalog for FsCatalog {
         &self,
         table_path: &str,
         base: &Loaded,
-        metadata: TableMetadata,
+        next: Next,
     ) -> std::result::Result<Loaded, CommitError> {
         // Snapshot expiry deletes the metadata files older than the
         // metadata log (100 versions by default). A writer that far behind
@@ -230,11 +181,44 @@ impl Catalog for FsCatalog {
         {
             return Err(CommitError::Conflict);
         }
-        self.put_version(table_path, base.version + 1, metadata)
+        self.put_version(table_path, base.version + 1, next.metadata)
     }
 
     fn table_location(&self, table_path: &str) -> String {
         self.warehouse.location(table_path)
+    }
+
+    /// Deletes the `v<N>.metadata.json` files older than the oldest one the
+    /// metadata log still names; returns how many went.
+    fn remove_old_metadata(&self, table_path: &str, loaded: &Loaded) -> usize {
+        let version = |name: &str| -> Option<u64> {
+            let file = name.rsplit('/').next()?;
+            file.strip_prefix('v')?
+                .strip_suffix(".metadata.json")?
+                .parse()
+                .ok()
+        };
+        let Some(oldest) = loaded
+            .metadata
+            .metadata_log()
+            .iter()
+            .filter_map(|log| version(&log.metadata_file))
+            .min()
+        else {
+            return 0;
+        };
+        let Ok(listed) = blob::list(&format!("{table_path}/metadata/")) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for object in listed {
+            if version(&object.path).is_some_and(|v| v < oldest && v < loaded.version)
+                && blob::delete(&object.path).is_ok()
+            {
+                removed += 1;
+            }
+        }
+        removed
     }
 }
 
@@ -267,6 +251,14 @@ mod tests {
         .metadata
     }
 
+    /// The same metadata again, as a next version.
+    fn same(loaded: &Loaded) -> Next {
+        Next {
+            metadata: loaded.metadata.clone(),
+            changes: Vec::new(),
+        }
+    }
+
     #[test]
     fn a_writer_behind_versions_removed_as_old_loses_the_race() {
         let dir = crate::tests::root("catalog-behind");
@@ -279,7 +271,7 @@ mod tests {
                 .unwrap();
             let mut head = first.clone();
             for _ in 0..5 {
-                head = catalog.commit(table, &head, head.metadata.clone()).unwrap();
+                head = catalog.commit(table, &head, same(&head)).unwrap();
             }
             assert_eq!(head.version, 6);
             // What expiry does to versions older than the metadata log.
@@ -287,7 +279,7 @@ mod tests {
                 blob::delete(&metadata_file(table, old)).unwrap();
             }
             // A writer still at version 1: its next name, v2, is free again.
-            match catalog.commit(table, &first, first.metadata.clone()) {
+            match catalog.commit(table, &first, same(&first)) {
                 Err(CommitError::Conflict) => {}
                 other => panic!("a writer five versions behind committed: {other:?}"),
             }
@@ -295,7 +287,7 @@ mod tests {
             assert_eq!(catalog.load(table).unwrap().unwrap().version, 6);
             // A hint naming a version that does not exist blocks nobody.
             blob::put(&format!("{table}/metadata/{HINT}"), b"99").unwrap();
-            let next = catalog.commit(table, &head, head.metadata.clone()).unwrap();
+            let next = catalog.commit(table, &head, same(&head)).unwrap();
             assert_eq!(next.version, 7);
         });
         let _ = std::fs::remove_dir_all(&dir);
