@@ -208,6 +208,13 @@ impl IcebergRestBuilder {
         self
     }
 
+    /// The warehouse new tables go under (`file:///...`), instead of a
+    /// folder of the server's own.
+    pub fn warehouse(mut self, warehouse: &str) -> Self {
+        self.warehouse = Some(warehouse.to_string());
+        self
+    }
+
     /// S3 settings of another S3 server, and the warehouse on it.
     pub fn s3_settings(mut self, settings: S3Settings, warehouse: &str) -> Self {
         self.s3 = Some(settings);

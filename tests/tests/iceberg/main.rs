@@ -1,7 +1,7 @@
 //! The Iceberg sink end to end: tables read back by readers we did not
 //! write (pyiceberg, DuckDB, the iceberg crate), nested types, partitions,
-//! position deletes, maintenance, SIGKILLs and zombies, and tables on S3
-//! (moto's server).
+//! position deletes, maintenance, SIGKILLs and zombies, tables on S3
+//! (moto's server), and tables in an Iceberg REST catalog.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,4 +14,5 @@ mod nested;
 mod partitions;
 mod position_deletes;
 mod readers;
+mod rest;
 mod s3;

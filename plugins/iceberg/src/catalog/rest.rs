@@ -511,14 +511,14 @@ impl Catalog for RestCatalog {
         })?;
         if wanted.is_some() && main_snapshot(&now.metadata) == wanted {
             weir_sdk::log::info(format!(
-                "table {table_path}: the catalog's answer to a commit was lost ({why}); the \
-                 table shows it landed"
+                "table {table_path}: the Iceberg REST catalog's answer to a commit was lost or \
+                 failed ({why}); the table shows it landed"
             ));
             return Ok(now);
         }
         Err(CommitError::Failed(retryable(format!(
-            "table {table_path}: the commit got no answer from the Iceberg REST catalog ({why}), \
-             and the table shows it did not land; it is tried again"
+            "table {table_path}: the Iceberg REST catalog's answer to the commit does not say \
+             whether it landed ({why}); the table shows it did not, so it is tried again"
         ))))
     }
 
