@@ -342,6 +342,14 @@ impl TableCommit<'_> {
                     true,
                 ));
             }
+            // Another writer's snapshot (not this pipeline's): our commit
+            // goes on top of it.
+            weir_sdk::log::info(format!(
+                "table {}: another writer committed Iceberg table {} first; rebasing this \
+                 commit onto its snapshot",
+                self.name(),
+                self.path
+            ));
             base = newer;
         }
         Err((

@@ -11,6 +11,7 @@ use crate::iceberg_support;
 use std::collections::BTreeMap;
 
 use common::{SinkBuilder, TableMode, tables, text, weir};
+use iceberg_support::Row;
 use iceberg_support::*;
 use weir_test_support::iceberg_rest::IcebergRestServer;
 use weir_test_support::moto::MotoServer;
@@ -277,4 +278,228 @@ fn a_table_the_catalog_keeps_outside_the_blob_store_is_refused_naming_both() {
     let listed =
         catalog.pyiceberg("print(json.dumps([list(t) for t in catalog.list_tables('lake')]))");
     assert_eq!(listed.trim(), "[]", "a refused table stayed in the catalog");
+}
+
+/// Appends `rows` rows to `destination` with pyiceberg, as another writer
+/// of the table would: keys `-start-1, -start-2, ...` (the generator's are
+/// positive), every other column a fixed value of its type.
+fn foreign_append(catalog: &IcebergRestServer, destination: &str, start: i64, rows: i64) {
+    catalog.pyiceberg(&format!(
+        r#"
+import datetime, decimal
+t = catalog.load_table({destination:?})
+schema = t.schema().as_arrow()
+def value(field, i):
+    kind = field.type
+    if field.name == "id":
+        return -{start} - 1 - i
+    if pa.types.is_integer(kind):
+        return 0
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "foreign"
+    if pa.types.is_boolean(kind):
+        return False
+    if pa.types.is_date(kind):
+        return datetime.date(2000, 1, 1)
+    if pa.types.is_timestamp(kind):
+        return datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc if kind.tz else None)
+    if pa.types.is_decimal(kind):
+        return decimal.Decimal(0)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return b""
+    return None
+arrays = [pa.array([value(f, i) for i in range({rows})], type=f.type) for f in schema]
+rows = pa.Table.from_arrays(arrays, schema=schema)
+# weir commits several times a second: past pyiceberg's own four retries,
+# this writer keeps trying, as a persistent one would.
+from pyiceberg.exceptions import CommitFailedException
+for attempt in range(50):
+    try:
+        t.append(rows)
+        break
+    except CommitFailedException:
+        t = catalog.load_table({destination:?})
+else:
+    raise SystemExit("the other writer never got its commit in")
+"#
+    ));
+}
+
+/// Another writer (pyiceberg) commits to a table while weir does, and a
+/// zombie weir at an older epoch wakes after a newer host took over: weir
+/// rebases over the other writer's snapshots and keeps its rows, the zombie
+/// is refused, nothing is lost or doubled.
+#[test]
+fn weir_rebases_over_another_writer_and_a_zombie_at_an_older_epoch_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let warehouse = format!("file://{}", lake.display());
+    let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
+    let (seed, changes) = (SEED, CHANGES);
+    let host = |state_dir: &str, pace_us: u64| {
+        rest_pipeline(
+            "restzombie",
+            &catalog,
+            &warehouse,
+            BlobRoot::Folder(lake.clone()),
+            &[],
+        )
+        .pace_us(pace_us)
+        .state_dir(state_dir)
+    };
+    // Host A (epoch 1) commits a little and freezes, not knowing it lost
+    // its place (a long pause, a partition).
+    let a = host("state-a", 2_000).write_in(dir.path());
+    let mut zombie = common::weir_command()
+        .args(["run", a.to_str().unwrap()])
+        .env("WEIR_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while committed_through_any(&catalog).is_none() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "INCONCLUSIVE: host A committed nothing within a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(zombie.id() as i32, libc::SIGSTOP) };
+
+    // Host B (its own store, so epoch 2 from the tables) drains the stream,
+    // paced, while another writer appends to the customers table.
+    let b_dir = dir.path().join("b");
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let b = host("state-b", 5_000).write_in(&b_dir);
+    let b_run = common::weir_command()
+        .args(["run", b.to_str().unwrap(), "--json"])
+        .env("WEIR_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let customers = destination("shop.customers");
+    let mut appended = 0;
+    // While B runs (about ten seconds at this pace): each append is a
+    // Python start and a commit, about a second.
+    for round in 0..6 {
+        foreign_append(&catalog, &customers, round * 3, 3);
+        appended += 3;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let b_out = b_run.wait_with_output().unwrap();
+    let b_said = String::from_utf8_lossy(&b_out.stderr).into_owned();
+    assert!(b_out.status.success(), "host B failed: {b_said}");
+    let report: serde_json::Value = serde_json::from_slice(&b_out.stdout).unwrap();
+    assert_eq!(report["epoch"], 2, "host B did not take over: {report}");
+    if !b_said.contains("another writer committed Iceberg table")
+        && !b_said.contains("took a new snapshot during the commit")
+    {
+        panic!(
+            "INCONCLUSIVE: host B never met the other writer's commits (it finished before \
+             them?): {b_said}"
+        );
+    }
+
+    // The zombie wakes and tries to go on: refused.
+    let before = catalog.commits().ok();
+    // SAFETY: as above.
+    unsafe { libc::kill(zombie.id() as i32, libc::SIGCONT) };
+    let woke = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = zombie.try_wait().unwrap() {
+            break status;
+        }
+        if woke.elapsed() > std::time::Duration::from_secs(120) {
+            zombie.kill().ok();
+            panic!("the zombie neither finished nor was refused within two minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut message = String::new();
+    use std::io::Read as _;
+    zombie
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut message)
+        .unwrap();
+    assert!(!status.success(), "the zombie was not refused: {message}");
+    assert!(
+        message.contains("fenced") || message.contains("epoch"),
+        "the zombie's failure does not say it was fenced: {message}"
+    );
+    if let Some(before) = before {
+        assert_eq!(
+            catalog.commits().unwrap(),
+            before,
+            "the zombie committed to the catalog"
+        );
+    }
+
+    // Every table exact at the end of the stream, the other writer's rows
+    // all kept, once each.
+    let committed = committed_through(&catalog, "restzombie");
+    let want = upsert_state_at(seed, changes, &committed);
+    for table in tables() {
+        let destination = destination(&table.name);
+        let (namespace, name) = split(&destination);
+        let columns = column_names(&table, &["change_pos"]);
+        for (reader, rows) in [
+            ("pyiceberg", catalog.rows_via_pyiceberg(&namespace, name)),
+            ("duckdb", catalog.rows_via_duckdb(&namespace, name)),
+        ] {
+            let read = Read {
+                columns: rows.columns,
+                rows: rows.rows,
+            };
+            let (foreign, ours): (Vec<Row>, Vec<Row>) = read
+                .project(&columns)
+                .into_iter()
+                .partition(|row| row[0].as_deref().is_some_and(|id| id.starts_with('-')));
+            if destination == customers {
+                let mut ids: Vec<&str> = foreign.iter().filter_map(|r| r[0].as_deref()).collect();
+                ids.sort();
+                ids.dedup();
+                assert_eq!(
+                    (foreign.len(), ids.len()),
+                    (appended as usize, appended as usize),
+                    "{reader}: the other writer's rows in {destination}"
+                );
+            } else {
+                assert!(foreign.is_empty(), "{reader}: {foreign:?}");
+            }
+            assert_eq!(duplicate_keys(&table, &ours), 0, "{reader}: {destination}");
+            assert_rows(
+                &format!("{reader} after the zombie, {}", table.name),
+                &want[&table.name],
+                &ours,
+            );
+        }
+    }
+}
+
+/// Whether any table has a snapshot yet (host A's first commit).
+fn committed_through_any(catalog: &IcebergRestServer) -> Option<()> {
+    let printed = catalog.pyiceberg(&format!(
+        r#"
+found = False
+for name in {names:?}:
+    try:
+        t = catalog.load_table(name)
+    except Exception:
+        continue
+    if t.current_snapshot() is not None:
+        found = True
+print(json.dumps(found))
+"#,
+        names = tables()
+            .iter()
+            .map(|t| destination(&t.name))
+            .collect::<Vec<_>>()
+    ));
+    (printed.trim() == "true").then_some(())
 }
