@@ -139,8 +139,11 @@ struct ConfiguredSpec {
 
 /// The `catalog_*` keys of a sink on a REST catalog.
 fn rest_settings(config: &Config) -> Result<RestSettings> {
-    let uri = config
-        .get("catalog_uri")
+    // An empty value is unset, so that a pipeline file can leave an
+    // optional key to an environment variable (`${CATALOG_TOKEN:-}`).
+    let get = |key: &str| config.get(key).filter(|v| !v.trim().is_empty());
+
+    let uri = get("catalog_uri")
         .ok_or_else(|| {
             SinkError::Fatal(
                 "config key `catalog_uri` is required with `catalog: rest` (the catalog's base \
@@ -151,8 +154,8 @@ fn rest_settings(config: &Config) -> Result<RestSettings> {
         })?
         .trim_end_matches('/')
         .to_string();
-    let token = config.get("catalog_token");
-    let credential = config.get("catalog_credential");
+    let token = get("catalog_token");
+    let credential = get("catalog_credential");
     let auth = match (token, credential) {
         (Some(_), Some(_)) => {
             return Err(SinkError::Fatal(
@@ -169,16 +172,15 @@ fn rest_settings(config: &Config) -> Result<RestSettings> {
                 )
             })?;
             Auth::ClientCredentials {
-                endpoint: config.get("catalog_oauth2_uri").map(str::to_string),
+                endpoint: get("catalog_oauth2_uri").map(str::to_string),
                 client_id: client_id.to_string(),
                 client_secret: client_secret.to_string(),
-                scope: config.get("catalog_scope").unwrap_or("catalog").to_string(),
+                scope: get("catalog_scope").unwrap_or("catalog").to_string(),
             }
         }
         (None, None) => Auth::None,
     };
-    if config.get("catalog_oauth2_uri").is_some() && !matches!(auth, Auth::ClientCredentials { .. })
-    {
+    if get("catalog_oauth2_uri").is_some() && !matches!(auth, Auth::ClientCredentials { .. }) {
         return Err(SinkError::Fatal(
             "config key `catalog_oauth2_uri` is set without `catalog_credential`".into(),
         ));
@@ -198,8 +200,8 @@ fn rest_settings(config: &Config) -> Result<RestSettings> {
     }
     let settings = RestSettings {
         uri,
-        prefix: config.get("catalog_prefix").map(str::to_string),
-        warehouse: config.get("catalog_warehouse").map(str::to_string),
+        prefix: get("catalog_prefix").map(str::to_string),
+        warehouse: get("catalog_warehouse").map(str::to_string),
         auth,
         headers,
         timeout: std::time::Duration::from_millis(timeout_ms),
@@ -247,7 +249,10 @@ impl Sink for IcebergSink {
             .map_err(|e| SinkError::Fatal(format!("config key `warehouse`: {e}")))?;
         let catalog = match config.get("catalog").unwrap_or("filesystem") {
             "filesystem" => {
-                if let Some((key, _)) = config.iter().find(|(k, _)| k.starts_with("catalog_")) {
+                if let Some((key, _)) = config
+                    .iter()
+                    .find(|(k, v)| k.starts_with("catalog_") && !v.trim().is_empty())
+                {
                     return Err(SinkError::Fatal(format!(
                         "config key `{key}` is for a REST catalog: set `catalog: rest`, or \
                          remove it"

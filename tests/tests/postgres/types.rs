@@ -22,6 +22,7 @@ use common::{text, weir};
 use iceberg_support::{Lake, read_python};
 use postgres_support::{Pg, PgPipeline, cluster};
 use weir_source::postgres::decode::copy_fields;
+use weir_test_support::iceberg_rest::IcebergRestServer;
 
 /// How a column's value is compared: Postgres' side is produced by SQL in
 /// the canonical form of tests/readers/read_iceberg.py, and both sides are
@@ -328,25 +329,47 @@ fn python_str(s: &str) -> String {
     out
 }
 
-/// Runs the example pipeline until it has caught up with Postgres.
+/// Where the example's tables are kept: the file-system catalog in the
+/// lake folder (examples/postgres-to-iceberg.yaml), or a REST catalog
+/// (examples/postgres-to-iceberg-rest.yaml) whose tables are read back
+/// through it.
+enum Catalog<'a> {
+    Files,
+    Rest(&'a IcebergRestServer),
+}
+
 /// Runs the example until caught up; what it said (with the backfill's
 /// debug lines).
-fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path) -> String {
-    let example = common::workspace().join("examples/postgres-to-iceberg.yaml");
+fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path, catalog: &Catalog) -> String {
     // The components may be built outside the checkout (CARGO_TARGET_DIR).
     let plugin = common::plugin("weir-iceberg-sink");
     let plugins = plugin.parent().unwrap().to_str().unwrap();
-    let out = weir(
-        &["run", example.to_str().unwrap()],
-        &[
-            ("WEIR_PLUGINS", plugins),
-            ("PG_DSN", pg.dsn(db).as_str()),
-            ("WAREHOUSE", lake.warehouse().as_str()),
-            ("STATE_DIR", state.to_str().unwrap()),
-            ("EXIT_WHEN_CAUGHT_UP", "true"),
-            ("WEIR_LOG", "info,weir_source::postgres::backfill=debug"),
-        ],
-    );
+    let dsn = pg.dsn(db);
+    let warehouse = lake.warehouse();
+    let mut env = vec![
+        ("WEIR_PLUGINS", plugins),
+        ("PG_DSN", dsn.as_str()),
+        ("WAREHOUSE", warehouse.as_str()),
+        ("STATE_DIR", state.to_str().unwrap()),
+        ("EXIT_WHEN_CAUGHT_UP", "true"),
+        ("WEIR_LOG", "info,weir_source::postgres::backfill=debug"),
+    ];
+    let example = match catalog {
+        Catalog::Files => "examples/postgres-to-iceberg.yaml",
+        Catalog::Rest(server) => {
+            env.extend([
+                ("CATALOG_URI", server.uri()),
+                ("CATALOG_HOST", server.uri()),
+                ("SLOT", "weir_cdc_rest"),
+            ]);
+            if let Some(token) = server.token() {
+                env.push(("CATALOG_TOKEN", token));
+            }
+            "examples/postgres-to-iceberg-rest.yaml"
+        }
+    };
+    let example = common::workspace().join(example);
+    let out = weir(&["run", example.to_str().unwrap()], &env);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
     text(&out)
 }
@@ -355,13 +378,19 @@ fn assert_readers_equal_postgres(
     pg: &Pg,
     db: &str,
     lake: &Lake,
+    catalog: &Catalog,
     table: &str,
     columns: &[(&str, &str, Form)],
 ) {
     let want = postgres_rows(pg, db, table, columns);
-    let metadata = lake.metadata(table).expect("the table was written");
     for reader in ["duckdb", "pyiceberg"] {
-        let got = reader_rows(reader, &metadata, columns);
+        let got = match catalog {
+            Catalog::Files => {
+                let metadata = lake.metadata(table).expect("the table was written");
+                reader_rows(reader, &metadata, columns)
+            }
+            Catalog::Rest(server) => rest_reader_rows(server, reader, table, columns),
+        };
         let missing: Vec<&Row> = want.iter().filter(|r| !got.contains(r)).take(3).collect();
         let extra: Vec<&Row> = got.iter().filter(|r| !want.contains(r)).take(3).collect();
         assert!(
@@ -375,29 +404,92 @@ fn assert_readers_equal_postgres(
     }
 }
 
+/// What `reader` returns for `columns` of `table` read through the REST
+/// catalog, normalised as [`reader_rows`] does.
+fn rest_reader_rows(
+    server: &IcebergRestServer,
+    reader: &str,
+    table: &str,
+    columns: &[(&str, &str, Form)],
+) -> Vec<Row> {
+    let (namespace, name) = table.split_once('.').expect("schema.table");
+    let rows = match reader {
+        "duckdb" => server.rows_via_duckdb(&[namespace], name),
+        _ => server.rows_via_pyiceberg(&[namespace], name),
+    };
+    let read = iceberg_support::Read {
+        columns: rows.columns,
+        rows: rows.rows,
+    };
+    let names: Vec<String> = columns.iter().map(|(n, _, _)| n.to_string()).collect();
+    let mut rows: Vec<Row> = read
+        .project(&names)
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .zip(columns)
+                .map(|(v, (_, _, form))| v.map(|v| normalise(*form, &v, false)))
+                .collect()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
 #[test]
 fn every_carried_type_round_trips_through_the_example_into_duckdb_and_pyiceberg() {
+    round_trip_every_type("weir_types", "weir_cdc", &Catalog::Files);
+}
+
+/// The same through an Iceberg REST catalog (its own example file), read
+/// back through the catalog by both readers.
+#[test]
+fn every_carried_type_round_trips_through_a_rest_catalog() {
+    let lake_dir = tempfile::tempdir().unwrap();
+    let lake = lake_dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let server = IcebergRestServer::builder()
+        .token("weir-types")
+        .warehouse(&format!("file://{}", lake.display()))
+        .start();
+    round_trip_every_type_in(
+        "weir_types_rest",
+        "weir_cdc_rest",
+        &Catalog::Rest(&server),
+        Lake { root: lake },
+    );
+}
+
+fn round_trip_every_type(db: &str, slot: &str, catalog: &Catalog) {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake {
+        root: dir.path().join("lake"),
+    };
+    round_trip_every_type_in(db, slot, catalog, lake);
+}
+
+/// Backfill, then stream, every carried type through the example of
+/// `catalog` (its slot `slot`, which a crashed earlier run may hold).
+fn round_trip_every_type_in(db: &str, slot: &str, catalog: &Catalog, lake: Lake) {
     let pg = cluster();
-    let db = "weir_types";
-    // The example names its slot `weir_cdc`; slots are per cluster.
+    // Slots are per cluster.
     pg.sql(
         "weir",
-        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
-         WHERE slot_name = 'weir_cdc' AND active_pid IS NOT NULL;\n\
-         SELECT pg_sleep(0.5);\n\
-         SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-         WHERE slot_name = 'weir_cdc';",
+        &format!(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = '{slot}' AND active_pid IS NOT NULL;\n\
+             SELECT pg_sleep(0.5);\n\
+             SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name = '{slot}';"
+        ),
     );
     pg.fresh_db(db);
     pg.sql(db, SCHEMA);
     pg.sql(db, BACKFILL);
     let dir = tempfile::tempdir().unwrap();
-    let lake = Lake {
-        root: dir.path().join("lake"),
-    };
     let state = dir.path().join("state");
 
-    let said = run_example(&pg, db, &lake, &state);
+    let said = run_example(&pg, db, &lake, &state, catalog);
     for (table, format) in [("public.plain", "binary"), ("public.typed", "text")] {
         assert!(
             said.lines()
@@ -405,16 +497,16 @@ fn every_carried_type_round_trips_through_the_example_into_duckdb_and_pyiceberg(
             "{table} was not read in {format} COPY: {said}"
         );
     }
-    assert_readers_equal_postgres(&pg, db, &lake, "public.typed", TYPED);
-    assert_readers_equal_postgres(&pg, db, &lake, "public.by_uuid", BY_UUID);
-    assert_readers_equal_postgres(&pg, db, &lake, "public.plain", &plain_columns());
+    assert_readers_equal_postgres(&pg, db, &lake, catalog, "public.typed", TYPED);
+    assert_readers_equal_postgres(&pg, db, &lake, catalog, "public.by_uuid", BY_UUID);
+    assert_readers_equal_postgres(&pg, db, &lake, catalog, "public.plain", &plain_columns());
 
     pg.sql(db, STREAM);
-    run_example(&pg, db, &lake, &state);
+    run_example(&pg, db, &lake, &state, catalog);
     let mut typed = TYPED.to_vec();
     typed.push(("later", "to_json(later)::text", Form::List));
-    assert_readers_equal_postgres(&pg, db, &lake, "public.typed", &typed);
-    assert_readers_equal_postgres(&pg, db, &lake, "public.by_uuid", BY_UUID);
+    assert_readers_equal_postgres(&pg, db, &lake, catalog, "public.typed", &typed);
+    assert_readers_equal_postgres(&pg, db, &lake, catalog, "public.by_uuid", BY_UUID);
 }
 
 #[test]
