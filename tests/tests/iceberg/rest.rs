@@ -29,6 +29,18 @@ fn rest_pipeline(
     blob_root: BlobRoot,
     extra: &[(&str, &str)],
 ) -> common::PipelineBuilder {
+    rest_pipeline_of(name, CHANGES, catalog, warehouse, blob_root, extra)
+}
+
+/// [`rest_pipeline`] over the first `changes` changes.
+fn rest_pipeline_of(
+    name: &str,
+    changes: u64,
+    catalog: &IcebergRestServer,
+    warehouse: &str,
+    blob_root: BlobRoot,
+    extra: &[(&str, &str)],
+) -> common::PipelineBuilder {
     let mut sink = SinkBuilder::new("iceberg", common::plugin("weir-iceberg-sink"))
         .limits(1024, 120_000)
         .retries(3)
@@ -50,7 +62,7 @@ fn rest_pipeline(
     }
     tables()
         .iter()
-        .fold(common::PipelineBuilder::generator(SEED, CHANGES), |p, t| {
+        .fold(common::PipelineBuilder::generator(SEED, changes), |p, t| {
             p.table(&t.name, TableMode::Upsert, &destination(&t.name))
         })
         .name(name)
@@ -105,8 +117,13 @@ print(json.dumps(found))
 /// Every table read through the catalog by both readers equals the
 /// generator's state at its committed position, with no key twice.
 fn assert_tables_exact(catalog: &IcebergRestServer, pipeline: &str) {
+    assert_tables_exact_at(catalog, pipeline, CHANGES);
+}
+
+/// [`assert_tables_exact`] for a stream of `changes` changes.
+fn assert_tables_exact_at(catalog: &IcebergRestServer, pipeline: &str, changes: u64) {
     let committed = committed_through(catalog, pipeline);
-    let want = upsert_state_at(SEED, CHANGES, &committed);
+    let want = upsert_state_at(SEED, changes, &committed);
     for table in tables() {
         let destination = destination(&table.name);
         let (namespace, name) = split(&destination);
@@ -502,4 +519,88 @@ print(json.dumps(found))
             .collect::<Vec<_>>()
     ));
     (printed.trim() == "true").then_some(())
+}
+
+/// The current snapshot's `total-data-files` and `total-delete-files`, and
+/// how many snapshots the table keeps, through the catalog.
+fn files_and_snapshots(catalog: &IcebergRestServer, destination: &str) -> (u64, u64, usize) {
+    let printed = catalog.pyiceberg(&format!(
+        r#"
+t = catalog.load_table({destination:?})
+summary = t.current_snapshot().summary
+print(json.dumps([int(summary["total-data-files"]), int(summary["total-delete-files"]), len(t.metadata.snapshots)]))
+"#
+    ));
+    let (data, deletes, snapshots): (u64, u64, usize) =
+        serde_json::from_str(printed.trim()).unwrap_or_else(|e| panic!("{e}: {printed}"));
+    (data, deletes, snapshots)
+}
+
+/// Compaction and snapshot expiry (`weir maintain`) commit through the
+/// REST catalog as through files: one data file and one snapshot left,
+/// no position moved, every reader equal to the stream after it, and the
+/// pipeline goes on over the compacted tables.
+#[test]
+fn maintenance_through_a_rest_catalog_compacts_and_expires_and_readers_agree() {
+    const SMALL: u64 = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let warehouse = format!("file://{}", lake.display());
+    let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
+    let write = |changes: u64, file: &str, policy: &[(&str, &str)]| {
+        rest_pipeline_of(
+            "restmt",
+            changes,
+            &catalog,
+            &warehouse,
+            BlobRoot::Folder(lake.clone()),
+            policy,
+        )
+        .max_rows(25)
+        .write(&dir.path().join(file))
+    };
+    let no_maintenance = [
+        ("compact_min_files", "0"),
+        ("expire_snapshots_older_than", "never"),
+    ];
+    let run = write(SMALL, "run.yaml", &no_maintenance);
+    let out = weir(&["run", run.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir run failed: {}", text(&out));
+    let before = committed_through(&catalog, "restmt");
+    for table in tables() {
+        let (files, _, _) = files_and_snapshots(&catalog, &destination(&table.name));
+        assert!(files > 5, "{}: only {files} data files", table.name);
+    }
+
+    let maintain = write(
+        SMALL,
+        "maintain.yaml",
+        &[
+            ("expire_snapshots_older_than", "0s"),
+            ("keep_snapshots", "1"),
+        ],
+    );
+    let out = weir(&["maintain", maintain.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir maintain failed: {}", text(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("compacted") && report.contains("expired"),
+        "{report}"
+    );
+    assert_eq!(
+        committed_through(&catalog, "restmt"),
+        before,
+        "maintenance moved a position"
+    );
+    for table in tables() {
+        let (files, deletes, snapshots) = files_and_snapshots(&catalog, &destination(&table.name));
+        assert_eq!((files, deletes, snapshots), (1, 0, 1), "{}", table.name);
+    }
+    assert_tables_exact_at(&catalog, "restmt", SMALL);
+
+    let more = write(SMALL + 300, "run.yaml", &no_maintenance);
+    let out = weir(&["run", more.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "weir run failed: {}", text(&out));
+    assert_tables_exact_at(&catalog, "restmt", SMALL + 300);
 }
