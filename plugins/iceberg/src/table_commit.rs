@@ -81,6 +81,12 @@ impl TableCommit<'_> {
         )
     }
 
+    /// Whether the table's last commit of this pipeline (`last`) already
+    /// covers the batch being committed (positions only grow).
+    fn covered(&self, last: Option<&Committed>) -> bool {
+        last.is_some_and(|l| l.position.as_slice() >= self.request.high.as_slice())
+    }
+
     /// Refuses a commit from an older epoch than the table's last one.
     fn fence(&self, metadata: &TableMetadata) -> std::result::Result<Option<Committed>, Failed> {
         let last = last_commit(metadata, &self.settings.pipeline, self.name())
@@ -128,6 +134,20 @@ impl TableCommit<'_> {
                 .is_some_and(|l| l.position == self.request.high)
         {
             // Already recorded (a heartbeat at the same position).
+            return Ok(base);
+        }
+        if has_rows && self.covered(last.as_ref()) {
+            // The table holds this batch already: a commit of this pipeline
+            // landed whose answer never came back (a request that reached
+            // the catalog after its host gave up on it). Writing it again
+            // would double an append table's rows.
+            weir_sdk::log::info(format!(
+                "table {}: Iceberg table {} already holds this batch (up to position {}); \
+                 nothing is written again",
+                self.name(),
+                self.path,
+                hex::encode(&self.request.high)
+            ));
             return Ok(base);
         }
 
@@ -301,6 +321,12 @@ impl TableCommit<'_> {
                     )
                 })?;
             let now = self.fence(&newer.metadata)?;
+            if self.covered(now.as_ref()) {
+                // This batch landed by another request of this pipeline
+                // (one whose answer was lost): it is committed.
+                *self.key_index = None;
+                return Ok(newer);
+            }
             if now != last {
                 return Err((
                     SinkError::Fatal(format!(

@@ -54,6 +54,14 @@ Test-only routes (never authenticated), for kill and uncertain-commit tests:
     POST /test/faults  {"drop_answer_after_commit": 1}
         The next N commits are applied, then the connection is closed
         without an answer: the client cannot know whether it landed.
+    POST /test/faults  {"hold_before_commit_ms": 5000}
+        The next commit waits that long (outside the catalog lock) before
+        it is applied: a request that reaches the catalog after its writer
+        died.
+    POST /test/faults  {"hold_answer_after_commit_ms": 5000}
+        The next commit is applied, then its answer waits that long: a
+        writer killed in between never learns that its commit landed.
+        GET /test/faults says `holding` while a commit waits.
     POST /test/faults  {"reset": true}
         Clears every pending fault. Every answer is the pending faults
         (also GET /test/faults).
@@ -191,6 +199,13 @@ class State:
         self.commit_status: int | None = None
         self.commit_status_times = 0
         self.drop_answers = 0
+        # Held commits, for kill tests: the next commit waits this long
+        # before it is applied (`hold_before`), or is applied and then waits
+        # this long before it is answered (`hold_after`); `holding` counts
+        # the commits waiting right now.
+        self.hold_before_ms = 0
+        self.hold_after_ms = 0
+        self.holding = 0
         self.commits: dict[str, int] = {}
 
     @property
@@ -212,7 +227,26 @@ class State:
             "commit_status": self.commit_status if self.commit_status_times else None,
             "times": self.commit_status_times,
             "drop_answer_after_commit": self.drop_answers,
+            "hold_before_commit_ms": self.hold_before_ms,
+            "hold_answer_after_commit_ms": self.hold_after_ms,
+            "holding": self.holding,
         }
+
+    def take(self, name: str) -> int:
+        """Takes a pending hold (0 if none), counting it as holding."""
+        with self.faults_lock:
+            ms = getattr(self, name)
+            if ms:
+                setattr(self, name, 0)
+                self.holding += 1
+            return ms
+
+    def hold(self, ms: int) -> None:
+        try:
+            time.sleep(ms / 1000)
+        finally:
+            with self.faults_lock:
+                self.holding -= 1
 
 
 def table_key(identifier: tuple[str, ...]) -> str:
@@ -378,8 +412,25 @@ class Handler(BaseHTTPRequestHandler):
             if rest[:1] != [self.state.prefix]:
                 raise ApiError(404, "NotFoundException", f"no route {method} {self.path} (prefix is {self.state.prefix})")
             rest = rest[1:]
+        is_commit = method == "POST" and (
+            (len(rest) == 4 and rest[0] == "namespaces" and rest[2] == "tables")
+            or rest == ["transactions", "commit"]
+        )
+        if is_commit:
+            # Held outside the catalog lock: other requests go on meanwhile.
+            ms = self.state.take("hold_before_ms")
+            if ms:
+                self.log_message("fault: %s %s held %d ms before it is applied", self.command, self.path, ms)
+                self.state.hold(ms)
+        self.deferred = None
         with self.state.catalog_lock:
-            return self.catalog_route(method, rest, query, body)
+            result = self.catalog_route(method, rest, query, body)
+        if self.deferred is not None:
+            status, payload, ms = self.deferred
+            self.log_message("fault: %s %s applied, its answer held %d ms", self.command, self.path, ms)
+            self.state.hold(ms)
+            return self.answer(status, payload)
+        return result
 
     def catalog_route(self, method: str, rest: list[str], query: dict, body: bytes) -> None:
         catalog = self.state.catalog
@@ -561,10 +612,13 @@ class Handler(BaseHTTPRequestHandler):
             raise DropAnswer()
         if single:
             response = responses[0]
-            return self.answer(
-                200,
-                {"metadata-location": response.metadata_location, "metadata": metadata_json(response.metadata)},
-            )
+            payload = {"metadata-location": response.metadata_location, "metadata": metadata_json(response.metadata)}
+            ms = self.state.take("hold_after_ms")
+            if ms:
+                # Answered once the catalog lock is released (`route`).
+                self.deferred = (200, payload, ms)
+                return None
+            return self.answer(200, payload)
         return self.answer(204)
 
     # --- auth ---------------------------------------------------------------
@@ -626,12 +680,20 @@ class Handler(BaseHTTPRequestHandler):
         state = self.state
         if rest == ["faults"] and method == "POST":
             request = self.json_body(body)
-            known = {"commit_status", "times", "drop_answer_after_commit", "reset"}
+            known = {
+                "commit_status",
+                "times",
+                "drop_answer_after_commit",
+                "hold_before_commit_ms",
+                "hold_answer_after_commit_ms",
+                "reset",
+            }
             if set(request) - known:
                 raise ApiError(400, "BadRequestException", f"unknown fault keys {sorted(set(request) - known)}")
             with state.faults_lock:
                 if request.get("reset"):
                     state.commit_status, state.commit_status_times, state.drop_answers = None, 0, 0
+                    state.hold_before_ms = state.hold_after_ms = 0
                 if "commit_status" in request:
                     status = int(request["commit_status"])
                     if not 400 <= status <= 599:
@@ -640,6 +702,10 @@ class Handler(BaseHTTPRequestHandler):
                     state.commit_status_times = int(request.get("times", 1))
                 if "drop_answer_after_commit" in request:
                     state.drop_answers = int(request["drop_answer_after_commit"])
+                if "hold_before_commit_ms" in request:
+                    state.hold_before_ms = int(request["hold_before_commit_ms"])
+                if "hold_answer_after_commit_ms" in request:
+                    state.hold_after_ms = int(request["hold_answer_after_commit_ms"])
                 faults = state.faults()
             return self.answer(200, faults)
         if rest == ["faults"] and method == "GET":
