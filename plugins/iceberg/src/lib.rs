@@ -28,6 +28,7 @@
 //! | `catalog_prefix`, `catalog_warehouse` | with `rest`: the route prefix (else the one `/v1/config` gives) and the warehouse to ask `/v1/config` for |
 //! | `catalog_token` or `catalog_credential` | with `rest`: a bearer token, or OAuth2 client credentials `client_id:client_secret` (with `catalog_oauth2_uri`, default `<catalog_uri>/v1/oauth/tokens`, and `catalog_scope`, default `catalog`) |
 //! | `catalog_header.<name>` | with `rest`: an extra header sent with every catalog request |
+//! | `catalog_table_location` | with `rest`: where a new table goes, `catalog` (the default: where the catalog puts it) or `warehouse` (at `<warehouse>/<namespace>/<table>`) |
 //! | `catalog_timeout_ms` | with `rest`: bound on each catalog request (default 30000) |
 //! | `target_file_size_mb` | data files roll over at this size (default 128) |
 //! | `delete_mode` | upsert tables: `position` (default) or `equality` |
@@ -198,7 +199,19 @@ fn rest_settings(config: &Config) -> Result<RestSettings> {
             "config key `catalog_timeout_ms` must be at least 1".into(),
         ));
     }
+    let place_in_warehouse = match get("catalog_table_location").unwrap_or("catalog") {
+        "catalog" => false,
+        "warehouse" => true,
+        other => {
+            return Err(SinkError::Fatal(format!(
+                "config key `catalog_table_location`: {other:?} is neither `catalog` (the \
+                 catalog places new tables) nor `warehouse` (under `warehouse`, at \
+                 <namespace>/<table>)"
+            )));
+        }
+    };
     let settings = RestSettings {
+        place_in_warehouse,
         uri,
         prefix: get("catalog_prefix").map(str::to_string),
         warehouse: get("catalog_warehouse").map(str::to_string),

@@ -68,6 +68,9 @@ pub struct RestSettings {
     pub headers: Vec<(String, String)>,
     /// Bound on each request (connect, then each part of the exchange).
     pub timeout: Duration,
+    /// Whether a new table is placed by the sink, at `<warehouse>/<its
+    /// path>`, instead of where the catalog puts it.
+    pub place_in_warehouse: bool,
 }
 
 /// A token and when to stop using it.
@@ -117,6 +120,8 @@ struct CreateNamespaceRequest<'a> {
 #[derive(Debug, Serialize)]
 struct CreateTableRequest<'a> {
     name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    location: Option<String>,
     schema: &'a Schema,
     #[serde(rename = "partition-spec")]
     partition_spec: UnboundPartitionSpec,
@@ -442,6 +447,10 @@ impl Catalog for RestCatalog {
         self.ensure_namespace(&namespace)?;
         let body = json(&CreateTableRequest {
             name: &name,
+            location: self
+                .settings
+                .place_in_warehouse
+                .then(|| self.warehouse.location(table_path)),
             schema: metadata.current_schema(),
             partition_spec: metadata
                 .default_partition_spec()
