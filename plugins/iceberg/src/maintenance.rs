@@ -20,8 +20,9 @@
 //!   manifests, data and delete files no remaining snapshot references, and
 //!   the metadata files that fell out of the metadata log.
 //!
-//! Both commit as the sink does: one `put_if_absent` of the next metadata
-//! version. A writer that got there first wins; maintenance then plans
+//! Both commit through the catalog as the sink does (one `put_if_absent`
+//! of the next metadata version on files, the REST commit with its
+//! requirements on a REST catalog). A writer that got there first wins; maintenance then plans
 //! again from the new version (on demand) or leaves it for the next commit
 //! (at a commit boundary), and deletes only what it wrote itself. Nothing
 //! is deleted before the metadata that stops referencing it is committed,
