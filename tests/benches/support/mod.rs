@@ -56,6 +56,7 @@ impl Prepared {
     }
 
     /// The batch's header as the SDK's native runner takes it.
+    #[allow(dead_code)]
     pub fn native_meta(&self) -> weir_sdk::BatchMeta {
         let table = &self.header.table;
         weir_sdk::BatchMeta {
@@ -74,6 +75,7 @@ impl Prepared {
     }
 
     /// The commit that follows the batch, for the native runner.
+    #[allow(dead_code)]
     pub fn native_commit(&self) -> weir_sdk::CommitRequest {
         weir_sdk::CommitRequest {
             table: self.header.table.name.clone(),
