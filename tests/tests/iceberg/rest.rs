@@ -804,3 +804,38 @@ print(json.dumps({{"fields": fields, "partitions": partitions}}))
     }
     assert_tables_exact_at(&catalog, "restpart", FEW);
 }
+
+/// A sink on a REST catalog whose entry does not grant the catalog's host:
+/// the plugin loads (its network use is optional), and the first request
+/// stops the run with a message naming the grant to add.
+#[test]
+fn a_rest_catalog_without_its_grant_is_refused_naming_the_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let warehouse = format!("file://{}", lake.display());
+    let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
+    let pipeline = rest_pipeline_of(
+        "restnogrant",
+        200,
+        &catalog,
+        &warehouse,
+        BlobRoot::Folder(lake),
+        &[],
+    );
+    let mut json: serde_json::Value = serde_json::from_str(&pipeline.text()).unwrap();
+    json["sinks"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("grants")
+        .expect("the builder granted the catalog");
+    let file = dir.path().join("restnogrant.yaml");
+    std::fs::write(&file, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    let out = weir(&["run", file.to_str().unwrap()], &[]);
+    let said = text(&out);
+    assert!(!out.status.success(), "the run succeeded: {said}");
+    assert!(
+        said.contains("may not reach the Iceberg REST catalog") && said.contains("grants.http"),
+        "the refusal does not name the grant: {said}"
+    );
+}
