@@ -321,27 +321,7 @@ fn a_zombie_host_with_an_older_epoch_is_fenced_and_writes_nothing_visible() {
         .collect();
 
     // The zombie wakes up and tries to go on: its next commit is refused.
-    // SAFETY: as above.
-    unsafe { libc::kill(zombie.id() as i32, libc::SIGCONT) };
-    let woke = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = zombie.try_wait().unwrap() {
-            break status;
-        }
-        if woke.elapsed() > std::time::Duration::from_secs(120) {
-            zombie.kill().ok();
-            panic!("the zombie neither finished nor was refused within two minutes");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let mut message = String::new();
-    use std::io::Read as _;
-    zombie
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut message)
-        .unwrap();
+    let (status, message) = wake_and_wait(&mut zombie);
     assert!(!status.success(), "the zombie was not refused: {message}");
     assert!(
         message.contains("fenced"),

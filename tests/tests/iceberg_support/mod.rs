@@ -469,3 +469,30 @@ pub fn reinserted_keys(seed: u64, max_changes: u64, table: &str) -> usize {
     }
     reinserted.len()
 }
+
+/// Wakes a process stopped with SIGSTOP (a zombie host) and waits up to two
+/// minutes for it to end; its exit status and what it wrote to stderr.
+pub fn wake_and_wait(zombie: &mut std::process::Child) -> (std::process::ExitStatus, String) {
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(zombie.id() as i32, libc::SIGCONT) };
+    let woke = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = zombie.try_wait().unwrap() {
+            break status;
+        }
+        if woke.elapsed() > std::time::Duration::from_secs(120) {
+            zombie.kill().ok();
+            panic!("the zombie neither finished nor was refused within two minutes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut message = String::new();
+    use std::io::Read as _;
+    zombie
+        .stderr
+        .take()
+        .expect("the zombie's stderr is piped")
+        .read_to_string(&mut message)
+        .unwrap();
+    (status, message)
+}

@@ -212,6 +212,11 @@ type Row = Vec<Option<String>>;
 fn reader_rows(reader: &str, metadata: &Path, columns: &[(&str, &str, Form)]) -> Vec<Row> {
     let read = read_python(reader, metadata)
         .unwrap_or_else(|e| panic!("{reader} cannot read {}: {e}", metadata.display()));
+    normalised(&read, columns)
+}
+
+/// `columns` of what a reader read, normalised and sorted.
+fn normalised(read: &iceberg_support::Read, columns: &[(&str, &str, Form)]) -> Vec<Row> {
     let names: Vec<String> = columns.iter().map(|(n, _, _)| n.to_string()).collect();
     let mut rows: Vec<Row> = read
         .project(&names)
@@ -421,19 +426,7 @@ fn rest_reader_rows(
         columns: rows.columns,
         rows: rows.rows,
     };
-    let names: Vec<String> = columns.iter().map(|(n, _, _)| n.to_string()).collect();
-    let mut rows: Vec<Row> = read
-        .project(&names)
-        .into_iter()
-        .map(|row| {
-            row.into_iter()
-                .zip(columns)
-                .map(|(v, (_, _, form))| v.map(|v| normalise(*form, &v, false)))
-                .collect()
-        })
-        .collect();
-    rows.sort();
-    rows
+    normalised(&read, columns)
 }
 
 #[test]
