@@ -422,7 +422,7 @@ fn weir_rebases_over_another_writer_and_a_zombie_at_an_older_epoch_is_refused() 
     // paced, while another writer appends to the customers table.
     let b_dir = dir.path().join("b");
     std::fs::create_dir_all(&b_dir).unwrap();
-    let b = host("state-b", 5_000).write_in(&b_dir);
+    let b = host("state-b", 3_000).write_in(&b_dir);
     let b_run = common::weir_command()
         .args(["run", b.to_str().unwrap(), "--json"])
         .env("WEIR_LOG", "info")
@@ -432,9 +432,9 @@ fn weir_rebases_over_another_writer_and_a_zombie_at_an_older_epoch_is_refused() 
         .unwrap();
     let customers = destination("shop.customers");
     let mut appended = 0;
-    // While B runs (about ten seconds at this pace): each append is a
+    // While B runs (about six seconds at this pace): each append is a
     // Python start and a commit, about a second.
-    for round in 0..6 {
+    for round in 0..4 {
         foreign_append(&catalog, &customers, round * 3, 3);
         appended += 3;
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -533,19 +533,22 @@ print(json.dumps(found))
     (printed.trim() == "true").then_some(())
 }
 
-/// The current snapshot's `total-data-files` and `total-delete-files`, and
-/// how many snapshots the table keeps, through the catalog.
-fn files_and_snapshots(catalog: &IcebergRestServer, destination: &str) -> (u64, u64, usize) {
+/// Each table's current `total-data-files` and `total-delete-files`, and
+/// how many snapshots it keeps, through the catalog (one Python for all).
+fn files_and_snapshots(catalog: &IcebergRestServer) -> BTreeMap<String, (u64, u64, usize)> {
+    let names: Vec<String> = tables().iter().map(|t| destination(&t.name)).collect();
     let printed = catalog.pyiceberg(&format!(
         r#"
-t = catalog.load_table({destination:?})
-summary = t.current_snapshot().summary
-print(json.dumps([int(summary["total-data-files"]), int(summary["total-delete-files"]), len(t.metadata.snapshots)]))
-"#
+seen = {{}}
+for name in {names}:
+    t = catalog.load_table(name)
+    summary = t.current_snapshot().summary
+    seen[name] = [int(summary["total-data-files"]), int(summary["total-delete-files"]), len(t.metadata.snapshots)]
+print(json.dumps(seen))
+"#,
+        names = serde_json::to_string(&names).unwrap()
     ));
-    let (data, deletes, snapshots): (u64, u64, usize) =
-        serde_json::from_str(printed.trim()).unwrap_or_else(|e| panic!("{e}: {printed}"));
-    (data, deletes, snapshots)
+    serde_json::from_str(printed.trim()).unwrap_or_else(|e| panic!("{e}: {printed}"))
 }
 
 /// Compaction and snapshot expiry (`weir maintain`) commit through the
@@ -580,9 +583,8 @@ fn maintenance_through_a_rest_catalog_compacts_and_expires_and_readers_agree() {
     let out = weir(&["run", run.to_str().unwrap()], &[]);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
     let before = committed_through(&catalog, "restmt");
-    for table in tables() {
-        let (files, _, _) = files_and_snapshots(&catalog, &destination(&table.name));
-        assert!(files > 5, "{}: only {files} data files", table.name);
+    for (table, (files, _, _)) in files_and_snapshots(&catalog) {
+        assert!(files > 5, "{table}: only {files} data files");
     }
 
     let maintain = write(
@@ -605,9 +607,10 @@ fn maintenance_through_a_rest_catalog_compacts_and_expires_and_readers_agree() {
         before,
         "maintenance moved a position"
     );
-    for table in tables() {
-        let (files, deletes, snapshots) = files_and_snapshots(&catalog, &destination(&table.name));
-        assert_eq!((files, deletes, snapshots), (1, 0, 1), "{}", table.name);
+    let after = files_and_snapshots(&catalog);
+    assert_eq!(after.len(), tables().len(), "{after:?}");
+    for (table, counts) in after {
+        assert_eq!(counts, (1, 0, 1), "{table}");
     }
     assert_tables_exact_at(&catalog, "restmt", SMALL);
 
@@ -687,20 +690,20 @@ fn sigkills_around_the_catalogs_answer_leave_every_table_exact() {
     };
 
     // 1. Applied, answer held, host killed: it never learns it landed.
-    killed_holding("hold_answer_after_commit_ms", 3_000);
+    killed_holding("hold_answer_after_commit_ms", 1_500);
     wait_for_holding(&catalog, 0, "the held answer going out");
     exact("after a kill while the catalog held the answer of an applied commit");
 
     // 2. Held before it applies, host killed; it lands after the host died
     // and before the next one starts.
-    killed_holding("hold_before_commit_ms", 2_000);
+    killed_holding("hold_before_commit_ms", 1_000);
     wait_for_holding(&catalog, 0, "the held commit applying");
     exact("after a commit landed once its host was dead");
 
     // 3. The same, with the next host already running when it lands: that
     // host either finds its batch in the table or stops, naming the commit
     // it did not expect, rather than write anything twice.
-    killed_holding("hold_before_commit_ms", 1_500);
+    killed_holding("hold_before_commit_ms", 1_000);
     let next = start();
     wait_for_holding(&catalog, 0, "the held commit applying");
     let out = next.wait_with_output().unwrap();

@@ -23,6 +23,7 @@ use iceberg_support::{Lake, read_python};
 use postgres_support::{Pg, PgPipeline, cluster};
 use weir_source::postgres::decode::copy_fields;
 use weir_test_support::iceberg_rest::IcebergRestServer;
+use weir_test_support::moto::MotoServer;
 
 /// How a column's value is compared: Postgres' side is produced by SQL in
 /// the canonical form of tests/readers/read_iceberg.py, and both sides are
@@ -340,8 +341,12 @@ fn python_str(s: &str) -> String {
 /// through it.
 enum Catalog<'a> {
     Files,
-    Rest(&'a IcebergRestServer),
+    /// The catalog, and the S3 server its tables' data is on.
+    Rest(&'a IcebergRestServer, &'a MotoServer),
 }
+
+/// The S3 bucket and prefix of the REST variant's tables.
+const REST_WAREHOUSE: &str = "s3://weir-types-lake/lake";
 
 /// Runs the example until caught up; what it said (with the backfill's
 /// debug lines).
@@ -350,7 +355,10 @@ fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path, catalog: &Catalog) 
     let plugin = common::plugin("weir-iceberg-sink");
     let plugins = plugin.parent().unwrap().to_str().unwrap();
     let dsn = pg.dsn(db);
-    let warehouse = lake.warehouse();
+    let warehouse = match catalog {
+        Catalog::Files => lake.warehouse(),
+        Catalog::Rest(..) => REST_WAREHOUSE.to_string(),
+    };
     let mut env = vec![
         ("WEIR_PLUGINS", plugins),
         ("PG_DSN", dsn.as_str()),
@@ -360,8 +368,8 @@ fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path, catalog: &Catalog) 
         ("WEIR_LOG", "info,weir_source::postgres::backfill=debug"),
     ];
     let example = match catalog {
-        Catalog::Files => "examples/postgres-to-iceberg.yaml",
-        Catalog::Rest(server) => {
+        Catalog::Files => common::workspace().join("examples/postgres-to-iceberg.yaml"),
+        Catalog::Rest(server, moto) => {
             env.extend([
                 ("CATALOG_URI", server.uri()),
                 ("CATALOG_HOST", server.uri()),
@@ -370,10 +378,30 @@ fn run_example(pg: &Pg, db: &str, lake: &Lake, state: &Path, catalog: &Catalog) 
             if let Some(token) = server.token() {
                 env.push(("CATALOG_TOKEN", token));
             }
-            "examples/postgres-to-iceberg-rest.yaml"
+            // The example as a user on S3 runs it: its blob store given the
+            // S3 server's options, every other line as shipped.
+            let shipped = std::fs::read_to_string(
+                common::workspace().join("examples/postgres-to-iceberg-rest.yaml"),
+            )
+            .unwrap();
+            let store = r#"blob_store: { url: "${WAREHOUSE}" }"#;
+            assert!(
+                shipped.contains(store),
+                "the example's blob store line changed"
+            );
+            let options = serde_json::to_string(&moto.blob_store_options()).unwrap();
+            let on_s3 = shipped.replace(
+                store,
+                &format!(r#"blob_store: {{ url: "${{WAREHOUSE}}", options: {options} }}"#),
+            );
+            let copy = state
+                .parent()
+                .unwrap()
+                .join("postgres-to-iceberg-rest.yaml");
+            std::fs::write(&copy, on_s3).unwrap();
+            copy
         }
     };
-    let example = common::workspace().join(example);
     let out = weir(&["run", example.to_str().unwrap()], &env);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
     text(&out)
@@ -394,7 +422,7 @@ fn assert_readers_equal_postgres(
                 let metadata = lake.metadata(table).expect("the table was written");
                 reader_rows(reader, &metadata, columns)
             }
-            Catalog::Rest(server) => rest_reader_rows(server, reader, table, columns),
+            Catalog::Rest(server, _) => rest_reader_rows(server, reader, table, columns),
         };
         let missing: Vec<&Row> = want.iter().filter(|r| !got.contains(r)).take(3).collect();
         let extra: Vec<&Row> = got.iter().filter(|r| !want.contains(r)).take(3).collect();
@@ -438,32 +466,26 @@ fn every_carried_type_round_trips_through_the_example_into_duckdb_and_pyiceberg(
 /// back through the catalog by both readers.
 #[test]
 fn every_carried_type_round_trips_through_a_rest_catalog() {
-    let lake_dir = tempfile::tempdir().unwrap();
-    let lake = lake_dir.path().join("lake");
-    std::fs::create_dir_all(&lake).unwrap();
+    let moto = MotoServer::start();
+    moto.create_bucket("weir-types-lake");
     let server = IcebergRestServer::builder()
         .token("weir-types")
-        .warehouse(&format!("file://{}", lake.display()))
+        .s3(&moto, REST_WAREHOUSE)
         .start();
-    round_trip_every_type_in(
+    round_trip_every_type(
         "weir_types_rest",
         "weir_cdc_rest",
-        &Catalog::Rest(&server),
-        Lake { root: lake },
+        &Catalog::Rest(&server, &moto),
     );
-}
-
-fn round_trip_every_type(db: &str, slot: &str, catalog: &Catalog) {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = Lake {
-        root: dir.path().join("lake"),
-    };
-    round_trip_every_type_in(db, slot, catalog, lake);
+    assert!(
+        !moto.keys("weir-types-lake", "lake/").is_empty(),
+        "nothing was written to the bucket"
+    );
 }
 
 /// Backfill, then stream, every carried type through the example of
 /// `catalog` (its slot `slot`, which a crashed earlier run may hold).
-fn round_trip_every_type_in(db: &str, slot: &str, catalog: &Catalog, lake: Lake) {
+fn round_trip_every_type(db: &str, slot: &str, catalog: &Catalog) {
     let pg = cluster();
     // Slots are per cluster.
     pg.sql(
@@ -480,6 +502,9 @@ fn round_trip_every_type_in(db: &str, slot: &str, catalog: &Catalog, lake: Lake)
     pg.sql(db, SCHEMA);
     pg.sql(db, BACKFILL);
     let dir = tempfile::tempdir().unwrap();
+    let lake = Lake {
+        root: dir.path().join("lake"),
+    };
     let state = dir.path().join("state");
 
     let said = run_example(&pg, db, &lake, &state, catalog);
