@@ -178,24 +178,3 @@ fn column_added_before_the_snapshot(
         std::panic::resume_unwind(failure);
     }
 }
-
-#[test]
-fn probe_0() {
-    column_added_before_the_snapshot("weir_probe_0", 20, 500, Some(Duration::from_millis(0)));
-}
-#[test]
-fn probe_50() {
-    column_added_before_the_snapshot("weir_probe_50", 20, 500, Some(Duration::from_millis(50)));
-}
-#[test]
-fn probe_150() {
-    column_added_before_the_snapshot("weir_probe_150", 20, 500, Some(Duration::from_millis(150)));
-}
-#[test]
-fn probe_300() {
-    column_added_before_the_snapshot("weir_probe_300", 20, 500, Some(Duration::from_millis(300)));
-}
-#[test]
-fn probe_600() {
-    column_added_before_the_snapshot("weir_probe_600", 20, 500, Some(Duration::from_millis(600)));
-}
