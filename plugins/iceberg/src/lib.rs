@@ -69,7 +69,7 @@ pub mod storage;
 mod table_commit;
 
 use catalog::rest::{Auth, RestSettings};
-use catalog::{Catalog, Configured, FsCatalog, Loaded, RestCatalog};
+use catalog::{Catalog, FsCatalog, Loaded, RestCatalog};
 use storage::Warehouse;
 use table_commit::TableCommit;
 
@@ -123,7 +123,8 @@ pub enum DeleteMode {
 struct Settings {
     pipeline: String,
     file_io: FileIO,
-    catalog: Configured,
+    /// The catalog the config names (`catalog`).
+    catalog: Box<dyn Catalog>,
     target_file_size: usize,
     delete_mode: DeleteMode,
     checkpoint_every: u64,
@@ -271,12 +272,9 @@ impl Sink for IcebergSink {
                          remove it"
                     )));
                 }
-                Configured::Fs(FsCatalog::new(warehouse.clone()))
+                Box::new(FsCatalog::new(warehouse.clone())) as Box<dyn Catalog>
             }
-            "rest" => Configured::Rest(Box::new(RestCatalog::new(
-                rest_settings(config)?,
-                warehouse.clone(),
-            ))),
+            "rest" => Box::new(RestCatalog::new(rest_settings(config)?, warehouse.clone())),
             other => {
                 return Err(SinkError::Fatal(format!(
                     "config key `catalog`: unknown catalog {other:?} (expected `filesystem` or \

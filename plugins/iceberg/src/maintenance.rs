@@ -49,7 +49,7 @@ use iceberg::{Error, ErrorKind, Runtime};
 use weir_sdk::blob::{self, BlobError};
 use weir_sdk::{Config, Result, SinkError};
 
-use crate::catalog::{Catalog, CommitError, Loaded, Next};
+use crate::catalog::{CommitError, Loaded, Next};
 use crate::{IcebergSink, Settings, iceberg_error, index_path};
 
 /// What to do, and how much, at commit boundaries and on demand.

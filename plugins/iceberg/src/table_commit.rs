@@ -19,7 +19,7 @@ use iceberg::spec::{
 };
 use weir_sdk::{Batch, CommitRequest, Mode, Op, SinkError};
 
-use crate::catalog::{Catalog, CommitError, Loaded};
+use crate::catalog::{CommitError, Loaded};
 use crate::index::{Index, KeyHash};
 use crate::partition::{Partitioner, split};
 use crate::*;

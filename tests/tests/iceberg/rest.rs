@@ -78,6 +78,16 @@ enum BlobRoot {
     Url(String),
 }
 
+/// A temporary folder with the blob root `lake` in it, and the warehouse
+/// URL readers reach that root at.
+fn local_lake() -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let warehouse = format!("file://{}", lake.display());
+    (dir, lake, warehouse)
+}
+
 /// `lake.orders` -> (["lake"], "orders").
 fn split(destination: &str) -> (Vec<&str>, &str) {
     let mut parts: Vec<&str> = destination.split('.').collect();
@@ -194,10 +204,7 @@ fn assert_committed_exact(
 /// whose answer is lost, during the run. Then a second run changes nothing.
 #[test]
 fn upsert_tables_through_a_rest_catalog_are_exact_across_lost_and_refused_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir_all(&lake).unwrap();
-    let warehouse = format!("file://{}", lake.display());
+    let (dir, lake, warehouse) = local_lake();
     let catalog = IcebergRestServer::builder()
         .prefix("weirtest")
         .client_credentials("weir", "weir-secret")
@@ -380,10 +387,7 @@ else:
 /// is refused, nothing is lost or doubled.
 #[test]
 fn weir_rebases_over_another_writer_and_a_zombie_at_an_older_epoch_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir_all(&lake).unwrap();
-    let warehouse = format!("file://{}", lake.display());
+    let (dir, lake, warehouse) = local_lake();
     let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
     let (seed, changes) = (SEED, CHANGES);
     let host = |state_dir: &str, pace_us: u64| {
@@ -558,10 +562,7 @@ print(json.dumps(seen))
 #[test]
 fn maintenance_through_a_rest_catalog_compacts_and_expires_and_readers_agree() {
     const SMALL: u64 = 600;
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir_all(&lake).unwrap();
-    let warehouse = format!("file://{}", lake.display());
+    let (dir, lake, warehouse) = local_lake();
     let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
     let write = |changes: u64, file: &str, policy: &[(&str, &str)]| {
         rest_pipeline_of(
@@ -643,10 +644,7 @@ fn wait_for_holding(catalog: &IcebergRestServer, want: u64, what: &str) {
 /// while it runs). After each, every table is exact; nothing is twice.
 #[test]
 fn sigkills_around_the_catalogs_answer_leave_every_table_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir_all(&lake).unwrap();
-    let warehouse = format!("file://{}", lake.display());
+    let (dir, lake, warehouse) = local_lake();
     let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
     if catalog.is_external() {
         return;
@@ -746,10 +744,7 @@ fn sigkills_around_the_catalogs_answer_leave_every_table_exact() {
 #[test]
 fn partitioned_tables_through_a_rest_catalog_keep_their_spec_and_rows() {
     const FEW: u64 = 800;
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir_all(&lake).unwrap();
-    let warehouse = format!("file://{}", lake.display());
+    let (dir, lake, warehouse) = local_lake();
     let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
     let pipeline = rest_pipeline_of(
         "restpart",
@@ -795,10 +790,7 @@ print(json.dumps({{"fields": fields, "partitions": partitions}}))
 /// stops the run with a message naming the grant to add.
 #[test]
 fn a_rest_catalog_without_its_grant_is_refused_naming_the_grant() {
-    let dir = tempfile::tempdir().unwrap();
-    let lake = dir.path().join("lake");
-    std::fs::create_dir_all(&lake).unwrap();
-    let warehouse = format!("file://{}", lake.display());
+    let (dir, lake, warehouse) = local_lake();
     let catalog = IcebergRestServer::builder().warehouse(&warehouse).start();
     let pipeline = rest_pipeline_of(
         "restnogrant",
