@@ -237,6 +237,62 @@ fn ddl_other_than_add_column_stops_the_pipeline_with_a_clear_message() {
     );
 }
 
+/// The last column dropped while weir streams: Postgres then describes
+/// the table as it was before that column was added, and the rows after
+/// the drop look like WAL from before an ADD COLUMN. The run must stop
+/// naming the column, not write null into it and go on.
+#[test]
+fn the_last_column_dropped_while_weir_streams_stops_the_pipeline_naming_it() {
+    let pg = cluster();
+    let db = "weir_ddl_live";
+    let dsn = pg.fresh_db(db);
+    pg.sql(
+        db,
+        "CREATE TABLE t (id int PRIMARY KEY, a text, b text); INSERT INTO t VALUES (1, 'a', 'b');",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("exact");
+    let pipeline = PgPipeline::new(&dsn, &["public.t"]).write(dir.path(), &root);
+    let log = dir.path().join("weir.log");
+    let mut child = spawn_weir(&pipeline, &log);
+    // Streaming: the backfill, read in the slot's snapshot, is committed.
+    let committed = root.join("public.t");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&committed).map_or(true, |mut d| d.next().is_none()) {
+        assert!(
+            Instant::now() < deadline,
+            "the backfill was not committed in 30 s: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pg.sql(
+        db,
+        "ALTER TABLE t DROP COLUMN b; INSERT INTO t VALUES (2, 'x');",
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            interrupt(&mut child);
+            child.wait().unwrap();
+            panic!(
+                "weir went on streaming after the drop: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "{said}");
+    assert!(
+        said.contains("public.t") && said.contains("`b`") && said.contains("dropped"),
+        "the message should name the table and the column: {said}"
+    );
+}
+
 #[test]
 fn a_table_without_a_key_is_refused_unless_its_key_is_declared_or_it_is_append_only() {
     let pg = cluster();

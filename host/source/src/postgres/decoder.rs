@@ -12,7 +12,7 @@
 //! change's position (commit LSN, ordinal) is known as it arrives.
 
 use crate::commit_order::stream_position;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::Emitted;
 use super::catalog::format_lsn;
@@ -56,6 +56,11 @@ pub(super) struct OpenTx {
     /// Microseconds since the Unix epoch.
     pub commit_ts: i64,
     pub changes: Vec<Pending>,
+    /// The (table, column) pairs some change here was decoded without,
+    /// though the column existed when the transaction committed (see
+    /// [`Decoder::mark_missing`]): read by key like unchanged TOAST, once
+    /// the catalog says the column still exists.
+    pub missing_columns: BTreeSet<(usize, usize)>,
 }
 
 /// A change waiting for its transaction's commit.
@@ -192,6 +197,11 @@ impl Decoder {
         self.open.is_some()
     }
 
+    /// The commit LSN of the open transaction.
+    pub fn commit_lsn(&self) -> Option<u64> {
+        self.open.as_ref().map(|o| o.commit_lsn)
+    }
+
     /// A Begin: `commit_micros` counts from Postgres' epoch, as sent.
     pub fn begin(&mut self, commit_lsn: u64, commit_micros: i64) {
         self.skip.open = None;
@@ -215,6 +225,7 @@ impl Decoder {
             commit_lsn,
             commit_ts: commit_micros + PG_EPOCH_MICROS,
             changes: Vec::new(),
+            missing_columns: BTreeSet::new(),
         });
         self.first = 0;
         self.held_bytes = 0;
@@ -262,6 +273,7 @@ impl Decoder {
                 commit_lsn: open.commit_lsn,
                 commit_ts: open.commit_ts,
                 changes,
+                missing_columns: std::mem::take(&mut open.missing_columns),
             },
         };
         self.first += piece.tx.changes.len() as u32;
@@ -298,7 +310,8 @@ impl Decoder {
                 Ok(Some(pending))
             }
             Message::Insert { oid, new } => {
-                let (_, values, unchanged) = self.row(oid, &new, None, tables)?;
+                let (table, values, mut unchanged) = self.row(oid, &new, None, tables)?;
+                self.mark_missing(oid, table, &mut unchanged, tables);
                 self.push(oid, Op::Insert, values, unchanged, &new, tables)?;
                 Ok(None)
             }
@@ -353,7 +366,8 @@ impl Decoder {
             Some((b'O', tuple)) => Some(tuple.as_slice()),
             _ => None,
         };
-        let (table, values, unchanged) = self.row(oid, &new, old_row, tables)?;
+        let (table, values, mut unchanged) = self.row(oid, &new, old_row, tables)?;
+        self.mark_missing(oid, table, &mut unchanged, tables);
         if let Some((_, old_tuple)) = &old {
             let (_, old_values, _) = self.row(oid, old_tuple, None, tables)?;
             let key = &tables[table].info.key;
@@ -473,6 +487,37 @@ impl Decoder {
             },
             added,
         })
+    }
+
+    /// A relation that lacks columns of its table is WAL from before they
+    /// were added: the row reads null there. Unless the transaction
+    /// committed after the columns surely existed (`Table::present_since`):
+    /// then Postgres decoded it with an older catalog than the one it was
+    /// written with (seen right after a slot's creation, for an ADD COLUMN
+    /// that committed while the slot waited for its snapshot), or the
+    /// columns were dropped or left the publication since. Either way null
+    /// is not what the row holds: the columns are left to be read by key
+    /// (as unchanged TOAST is), after a check that they still exist.
+    fn mark_missing(
+        &mut self,
+        oid: u32,
+        table: usize,
+        unchanged: &mut Vec<usize>,
+        tables: &Tables,
+    ) {
+        let (Some(mapping), Some(open)) = (self.relations.get(&oid), self.open.as_mut()) else {
+            return;
+        };
+        let table_columns = &tables[table];
+        if mapping.columns.len() >= table_columns.info.columns.len() {
+            return;
+        }
+        for (column, &since) in table_columns.present_since.iter().enumerate() {
+            if open.commit_lsn > since && !mapping.columns.contains(&column) {
+                unchanged.push(column);
+                open.missing_columns.insert((table, column));
+            }
+        }
     }
 
     /// Decodes a tuple into its table's column order. Returns the table,

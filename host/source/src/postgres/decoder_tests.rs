@@ -412,7 +412,7 @@ fn an_added_trailing_column_waits_for_its_type_then_widens_the_rows() {
     assert_eq!(pending.table(), 0);
     assert_eq!(pending.added.len(), 1);
     let column = added_column(&pending.added[0], PgKind::Int32, "integer".into());
-    tables[0].add_columns(vec![column]);
+    tables[0].add_columns(vec![column], u64::MAX);
     decoder.install(pending, &tables).unwrap();
     assert_eq!(tables[0].schema.columns.len(), 4);
     assert!(tables[0].schema.columns[3].nullable);
@@ -442,7 +442,10 @@ fn rows_from_before_an_added_column_read_null_there() {
         typmod: -1,
         key: false,
     };
-    tables[0].add_columns(vec![added_column(&rc, PgKind::Int32, "integer".into())]);
+    tables[0].add_columns(
+        vec![added_column(&rc, PgKind::Int32, "integer".into())],
+        u64::MAX,
+    );
     decoder.begin(5, 0);
     decoder
         .decode(&insert(DOCS_OID, &[Some("1"), None, None]), &tables)
@@ -454,6 +457,53 @@ fn rows_from_before_an_added_column_read_null_there() {
         .unwrap();
     assert_eq!(tx.changes[0].values.len(), 4);
     assert_eq!(tx.changes[0].values[3], Value::Null);
+}
+
+/// A relation without `body` for a table whose columns all existed at LSN
+/// 100: a transaction committed before then is WAL from before `body` was
+/// added (null there); one committed after it was written with `body`, so
+/// the column is left to be read by key and the transaction says which.
+#[test]
+fn a_change_decoded_without_a_column_it_was_written_with_leaves_it_to_be_read_by_key() {
+    let mut tables = docs();
+    tables[0].columns_present_at(100);
+    let mut decoder = Decoder::new("weir_cdc");
+    let narrower = relation(
+        DOCS_OID,
+        "public.docs",
+        &[("id", 20, -1), ("title", 25, -1)],
+    );
+    assert!(decoder.decode(&narrower, &tables).unwrap().is_none());
+
+    decoder.begin(90, 0);
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("1"), Some("a")]), &tables)
+        .unwrap();
+    let before = decoder.commit().unwrap().tx;
+    assert!(before.changes[0].unchanged.is_empty());
+    assert!(before.missing_columns.is_empty());
+
+    decoder.begin(110, 0);
+    decoder
+        .decode(&insert(DOCS_OID, &[Some("2"), Some("b")]), &tables)
+        .unwrap();
+    decoder
+        .decode(&update(DOCS_OID, None, &[Some("1"), Some("c")]), &tables)
+        .unwrap();
+    decoder
+        .decode(&delete(DOCS_OID, b'K', &[Some("2"), None]), &tables)
+        .unwrap();
+    let after = decoder.commit().unwrap().tx;
+    assert_eq!(after.changes[0].unchanged, vec![2]);
+    assert_eq!(after.changes[1].unchanged, vec![2]);
+    assert!(
+        after.changes[2].unchanged.is_empty(),
+        "a delete carries the key only"
+    );
+    assert_eq!(
+        after.missing_columns.iter().copied().collect::<Vec<_>>(),
+        vec![(0, 2)]
+    );
 }
 
 #[test]

@@ -21,7 +21,7 @@ use tokio_postgres::error::SqlState;
 use super::catalog;
 use super::decoder::{Decoder, PendingRelation, Piece, PieceLimits};
 use super::session::unavailable;
-use super::setup::{Start, check_slot_and_publication, replication_config};
+use super::setup::{Start, check_missing_columns, check_slot_and_publication, replication_config};
 use super::table::added_column;
 use super::toast::fill_unchanged;
 use super::{Context, Emitted};
@@ -486,10 +486,11 @@ impl Stream {
         mut piece: Piece,
     ) -> Result<Option<Transaction>, SourceError> {
         piece.leave_out_emitted(&cx.emitted);
-        let tables = &cx.tables;
-        let filled = cx
-            .session
-            .without_waiting(|session| fill_unchanged(session, tables, &mut piece.tx));
+        let (tables, config) = (&cx.tables, &cx.config);
+        let filled = cx.session.without_waiting(|session| {
+            check_missing_columns(session, config, tables, &piece.tx)?;
+            fill_unchanged(session, tables, &mut piece.tx)
+        });
         if let Err(e) = filled {
             return self.away_during_lookup(cx, e);
         }
@@ -541,7 +542,10 @@ impl Stream {
             })?;
             added.push(added_column(rc, kind, sql_type));
         }
-        cx.tables[pending.table()].add_columns(added);
+        // Every change committed after this transaction was written with
+        // the added columns (ADD COLUMN committed before it).
+        let present_since = self.decoder.commit_lsn().unwrap_or(u64::MAX);
+        cx.tables[pending.table()].add_columns(added, present_since);
         cx.schema_file.save(&cx.tables);
         self.decoder.install(pending, &cx.tables)
     }

@@ -23,6 +23,11 @@ pub(super) struct Table {
     /// still gets committed before that, so it is streamed (never
     /// backfilled) until the slot has passed it, and then forgotten.
     pub departed: Option<u64>,
+    /// For each column, a WAL position from which on every change of the
+    /// table was written with that column: a commit after it that decodes
+    /// without the column is not WAL from before an ADD COLUMN (see
+    /// `Decoder::mark_lacking`). `u64::MAX` until weir knows one.
+    pub present_since: Vec<u64>,
 }
 
 impl Table {
@@ -93,6 +98,7 @@ impl Table {
             key: if append { Vec::new() } else { info.key.clone() },
         });
         Ok(Table {
+            present_since: vec![u64::MAX; info.columns.len()],
             info,
             schema,
             append,
@@ -120,6 +126,7 @@ impl Table {
             key: if append { Vec::new() } else { info.key.clone() },
         });
         Table {
+            present_since: vec![u64::MAX; info.columns.len()],
             info,
             schema,
             append,
@@ -140,9 +147,18 @@ impl Table {
             .map(|p| p.qualified.clone())
     }
 
-    /// Appends columns the stream announced (ADD COLUMN, see [`added_column`]);
-    /// the pipeline sees them as new nullable columns.
-    pub fn add_columns(&mut self, added: Vec<PgColumn>) {
+    /// Records that every column the table has now existed at WAL position
+    /// `lsn` (the catalog was read at or before it).
+    pub fn columns_present_at(&mut self, lsn: u64) {
+        for since in &mut self.present_since {
+            *since = (*since).min(lsn);
+        }
+    }
+
+    /// Appends columns the stream announced (ADD COLUMN, see [`added_column`]),
+    /// present in every change committed after `present_since`; the
+    /// pipeline sees them as new nullable columns.
+    pub fn add_columns(&mut self, added: Vec<PgColumn>, present_since: u64) {
         for column in added {
             tracing::warn!(
                 table = %self.schema.name,
@@ -150,6 +166,7 @@ impl Table {
                 "column added; the sinks get it as a new nullable column"
             );
             self.info.columns.push(column);
+            self.present_since.push(present_since);
         }
         let mut schema = (*self.schema).clone();
         for c in &self.info.columns[schema.columns.len()..] {
@@ -334,6 +351,10 @@ impl Tables {
 
     pub fn iter(&self) -> impl Iterator<Item = &Table> {
         self.list.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Table> {
+        self.list.iter_mut()
     }
 }
 impl std::ops::Index<usize> for Tables {

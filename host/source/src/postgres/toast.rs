@@ -233,6 +233,7 @@ mod tests {
         OpenTx {
             commit_lsn: 1,
             commit_ts: 0,
+            missing_columns: Default::default(),
             changes: vec![
                 update("1", vec![1]),
                 update("2", vec![]),
@@ -331,6 +332,7 @@ mod tests {
         let open = OpenTx {
             commit_lsn: 1,
             commit_ts: 0,
+            missing_columns: Default::default(),
             changes: vec![change],
         };
         let sql = lookup_statements(&table, &open, &[0]).unwrap();
@@ -361,6 +363,7 @@ mod tests {
             commit_lsn: 1,
             commit_ts: 0,
             changes: Vec::new(),
+            missing_columns: Default::default(),
         };
         let err = lookup_statements(&table, &open, &[]).unwrap_err();
         assert!(err.to_string().contains("REPLICA IDENTITY FULL"), "{err}");

@@ -44,7 +44,7 @@ pub(super) struct Backfill {
     /// until when it is tried again.
     retry_until: Option<Instant>,
     /// The slot's exported snapshot, to read every table in.
-    snapshot: Option<String>,
+    snapshot: Option<SlotSnapshot>,
     /// Whether the query session is inside the transaction that imported it.
     in_snapshot_tx: bool,
     /// The query connection that imported the snapshot: a read on any other
@@ -55,6 +55,14 @@ pub(super) struct Backfill {
     bar: Option<indicatif::ProgressBar>,
 }
 
+/// The snapshot a slot exported when it was created.
+pub(super) struct SlotSnapshot {
+    pub name: String,
+    /// The slot's consistent point: the snapshot sees every transaction
+    /// committed before it, the slot streams every one committed after.
+    pub consistent_point: u64,
+}
+
 impl Backfill {
     /// A backfill of tables `first..table_count` (all of them, or from
     /// where a previous run stopped: after `key` in table `first`), read in
@@ -62,7 +70,7 @@ impl Backfill {
     pub fn new(
         table_count: usize,
         resume: Option<(usize, Vec<String>)>,
-        snapshot: Option<String>,
+        snapshot: Option<SlotSnapshot>,
     ) -> Backfill {
         let (first, after_key) = match resume {
             Some((table, key)) => (table, Some(key)),
@@ -217,7 +225,11 @@ impl Backfill {
 
     /// Imports the slot's snapshot before the first read.
     fn enter_snapshot(&mut self, cx: &mut Context) -> Result<(), SourceError> {
-        let Some(name) = &self.snapshot else {
+        let Some(SlotSnapshot {
+            name,
+            consistent_point,
+        }) = &self.snapshot
+        else {
             return Ok(());
         };
         if self.in_snapshot_tx {
@@ -235,8 +247,9 @@ impl Backfill {
         // the snapshot's, and the snapshot is lost with the connection
         // anyway (the first read notices and stops the run).
         let (session, tables) = (&mut cx.session, &mut cx.tables);
-        let grew = session
-            .without_waiting(|session| add_columns_seen_by_snapshot(session, &cx.config, tables))?;
+        let grew = session.without_waiting(|session| {
+            add_columns_seen_by_snapshot(session, &cx.config, tables, *consistent_point)
+        })?;
         if grew {
             cx.schema_file.save(&cx.tables);
         }

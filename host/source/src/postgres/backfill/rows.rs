@@ -195,6 +195,7 @@ impl RowReader {
                 schema: table.schema.clone(),
                 append: table.append,
                 departed: table.departed,
+                present_since: table.present_since.clone(),
             },
             format,
             orders: table.key_orders(),

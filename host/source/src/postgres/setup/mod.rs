@@ -13,7 +13,7 @@ use crate::commit_order::StreamPosition;
 use pgwire_replication::ReplicationClient;
 
 use super::Context;
-use super::backfill::Backfill;
+use super::backfill::{Backfill, SlotSnapshot};
 use super::catalog::format_lsn;
 use super::keys::decode_key_texts;
 use super::table::Tables;
@@ -25,7 +25,7 @@ pub(super) use schema_file::SchemaFile;
 pub(super) use slot::{
     check_slot_and_publication, confirmed_flush, current_wal_lsn, replication_config,
 };
-pub(super) use tables::{add_columns_seen_by_snapshot, load_tables};
+pub(super) use tables::{add_columns_seen_by_snapshot, check_missing_columns, load_tables};
 
 /// Where the run starts, as [`start`] decided it.
 pub(super) struct Start {
@@ -76,8 +76,14 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
             let (gated, consistent_point, snapshot) = create_slot(cx)?;
             start.acked = consistent_point;
             start.gated = Some(gated);
+            let snapshot = snapshot.map(|name| SlotSnapshot {
+                name,
+                consistent_point,
+            });
             start.backfill = Some(Backfill::new(cx.tables.len(), None, snapshot));
             cx.schema_file.backfill_start.save(consistent_point);
+            // The backfill places the columns at the snapshot it reads.
+            return Ok(start);
         }
         None => {
             tracing::info!(
@@ -95,6 +101,13 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
             start.backfill = Some(Backfill::new(cx.tables.len(), Some((t, key)), None));
         }
         Some(p) => check_not_behind_the_slot(p, start.acked, &cx.config.slot)?,
+    }
+    // The catalog was read before now: every change committed from here
+    // on was written with the columns it listed.
+    if let Some(lsn) = current_wal_lsn(&mut cx.session)? {
+        for t in cx.tables.iter_mut() {
+            t.columns_present_at(lsn);
+        }
     }
     Ok(start)
 }

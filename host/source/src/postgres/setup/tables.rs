@@ -9,8 +9,9 @@ use super::slot::{current_wal_lsn, slot_and_publication};
 use crate::SourceError;
 use crate::postgres::catalog::{self, format_lsn};
 use crate::postgres::config::PostgresConfig;
+use crate::postgres::decoder::OpenTx;
 use crate::postgres::session::Session;
-use crate::postgres::table::{Table, Tables};
+use crate::postgres::table::{Table, Tables, ddl_error};
 
 /// Reads the publication's tables (or, when it does not exist yet, the
 /// tables it will be created for), in name order, as the publication sends
@@ -288,36 +289,16 @@ pub(in crate::postgres) fn add_columns_seen_by_snapshot(
     session: &mut Session,
     config: &PostgresConfig,
     tables: &mut Tables,
+    consistent_point: u64,
 ) -> Result<bool, SourceError> {
-    let publication = &config.publication;
-    let published = if publication_exists(session, publication)? {
-        session.query("reading the publication's tables in the snapshot", |c| {
-            let p = publication.clone();
-            Box::pin(async move { catalog::publication_tables(c, &p).await })
-        })?
-    } else {
-        Vec::new()
-    };
+    let published = published_relations(session, config)?;
     let mut changed = false;
     for t in 0..tables.len() {
         if tables[t].departed.is_some() {
             continue;
         }
         let name = tables[t].info.qualified();
-        let columns = published
-            .iter()
-            .find(|r| r.qualified == name)
-            .or_else(|| published.iter().find(|r| r.root == name))
-            .map(|r| r.columns())
-            .transpose()
-            .map_err(SourceError::Invalid)?
-            .flatten();
-        let Some(seen) = session.query("reading a table's columns in the snapshot", |c| {
-            let n = name.clone();
-            let columns = columns.clone();
-            Box::pin(async move { catalog::load_table(c, &n, columns.as_deref()).await })
-        })?
-        else {
+        let Some(seen) = published_columns(session, &published, &name)? else {
             return Err(SourceError::Config(format!(
                 "table {name} does not exist in the slot's snapshot: it was dropped while \
                  weir started; run again"
@@ -346,9 +327,108 @@ pub(in crate::postgres) fn add_columns_seen_by_snapshot(
         }
         if seen.columns.len() > known.len() {
             let added = seen.columns[known.len()..].to_vec();
-            tables[t].add_columns(added);
+            tables[t].add_columns(added, consistent_point);
             changed = true;
         }
+        tables[t].columns_present_at(consistent_point);
     }
     Ok(changed)
+}
+
+/// The publication's relations as the catalog lists them now (none when
+/// the publication does not exist yet).
+fn published_relations(
+    session: &mut Session,
+    config: &PostgresConfig,
+) -> Result<Vec<catalog::PublishedRelation>, SourceError> {
+    let publication = &config.publication;
+    if !publication_exists(session, publication)? {
+        return Ok(Vec::new());
+    }
+    session.query("reading the publication's tables", |c| {
+        let p = publication.clone();
+        Box::pin(async move { catalog::publication_tables(c, &p).await })
+    })
+}
+
+/// Table `name` as the catalog describes it now, with the columns
+/// `published` sends of it; None when it does not exist.
+fn published_columns(
+    session: &mut Session,
+    published: &[catalog::PublishedRelation],
+    name: &str,
+) -> Result<Option<catalog::PgTableInfo>, SourceError> {
+    let columns = published
+        .iter()
+        .find(|r| r.qualified == name)
+        .or_else(|| published.iter().find(|r| r.root == name))
+        .map(|r| r.columns())
+        .transpose()
+        .map_err(SourceError::Invalid)?
+        .flatten();
+    session.query("reading a table's columns", |c| {
+        let n = name.to_string();
+        let columns = columns.clone();
+        Box::pin(async move { catalog::load_table(c, &n, columns.as_deref()).await })
+    })
+}
+
+/// Checks that the columns a transaction's changes were decoded without
+/// (`OpenTx::missing_columns`) are still published: a column dropped, or
+/// taken out of the publication's column list, while weir streamed is a
+/// change of shape that stops the run, naming it; one that is still there
+/// is read by key with the unchanged TOAST values.
+pub(in crate::postgres) fn check_missing_columns(
+    session: &mut Session,
+    config: &PostgresConfig,
+    tables: &Tables,
+    open: &OpenTx,
+) -> Result<(), SourceError> {
+    if open.missing_columns.is_empty() {
+        return Ok(());
+    }
+    let published = published_relations(session, config)?;
+    let mut by_table: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &(t, c) in &open.missing_columns {
+        by_table.entry(t).or_default().push(c);
+    }
+    for (t, columns) in by_table {
+        let table = &tables[t];
+        let name = table.info.qualified();
+        let now = published_columns(session, &published, &name)?;
+        let gone: Vec<&str> = columns
+            .iter()
+            .map(|&c| table.info.columns[c].name.as_str())
+            .filter(|&column| {
+                now.as_ref()
+                    .is_none_or(|info| info.columns.iter().all(|c| c.name != column))
+            })
+            .collect();
+        if !gone.is_empty() {
+            return Err(ddl_error(
+                &name,
+                &format!(
+                    "column(s) {} were dropped or left the publication's column list",
+                    gone.iter()
+                        .map(|c| format!("`{c}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(open.commit_lsn),
+            ));
+        }
+        tracing::warn!(
+            table = %table.schema.name,
+            commit_lsn = %format_lsn(open.commit_lsn),
+            columns = %columns
+                .iter()
+                .map(|&c| table.info.columns[c].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            "Postgres decoded a transaction without columns the table already had when it \
+             committed (a catalog snapshot older than the change); their values are read by \
+             key, as unchanged TOAST values are"
+        );
+    }
+    Ok(())
 }
