@@ -15,6 +15,15 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(weir_runtime::compiler::COMPILE_ARG) {
+        return weir_runtime::compiler::child_main(&args[2..]);
+    }
+    // Plugins compile in child processes of this binary, bounded by CPU
+    // time; without a path to it they compile in process.
+    if let Ok(program) = std::env::current_exe() {
+        weir_runtime::compiler::compile_in_child_processes(program);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")

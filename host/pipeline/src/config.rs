@@ -310,8 +310,13 @@ pub struct LimitsConfig {
     /// The largest plugin file the host reads and compiles.
     #[serde(default = "default_max_plugin_mb")]
     pub max_plugin_mb: u64,
-    /// How long compiling the plugin may take (a cached plugin is not
-    /// compiled again).
+    /// The CPU time compiling the plugin may use (a cached plugin is not
+    /// compiled again): the compiling process is ended past it, counted in
+    /// whole seconds, however busy the machine is.
+    #[serde(default = "default_compile_cpu_ms")]
+    pub compile_cpu_ms: u64,
+    /// How long compiling may take on the clock: a backstop for a compile
+    /// that cannot run at all.
     #[serde(default = "default_compile_timeout_ms")]
     pub compile_timeout_ms: u64,
     /// Outgoing HTTP: connecting (TLS included), waiting for the response
@@ -358,6 +363,9 @@ fn default_log_burst() -> u64 {
 }
 fn default_max_plugin_mb() -> u64 {
     CompileLimits::default().max_bytes >> 20
+}
+fn default_compile_cpu_ms() -> u64 {
+    CompileLimits::default().cpu.as_millis() as u64
 }
 fn default_compile_timeout_ms() -> u64 {
     CompileLimits::default().timeout.as_millis() as u64
@@ -414,6 +422,7 @@ impl LimitsConfig {
     pub fn compile_limits(&self) -> CompileLimits {
         CompileLimits {
             max_bytes: self.max_plugin_mb.saturating_mul(1 << 20),
+            cpu: Duration::from_millis(self.compile_cpu_ms),
             timeout: Duration::from_millis(self.compile_timeout_ms),
         }
     }
@@ -454,6 +463,7 @@ impl LimitsConfig {
             ),
             ("log_burst", self.log_burst, 1, 1 << 32),
             ("max_plugin_mb", self.max_plugin_mb, 1, 1 << 16),
+            ("compile_cpu_ms", self.compile_cpu_ms, 100, 1 << 32),
             ("compile_timeout_ms", self.compile_timeout_ms, 100, 1 << 32),
             (
                 "http_connect_timeout_ms",
@@ -503,6 +513,7 @@ impl Default for LimitsConfig {
             log_lines_per_second: default_log_lines_per_second(),
             log_burst: default_log_burst(),
             max_plugin_mb: default_max_plugin_mb(),
+            compile_cpu_ms: default_compile_cpu_ms(),
             compile_timeout_ms: default_compile_timeout_ms(),
             http_connect_timeout_ms: default_http_connect_timeout_ms(),
             http_first_byte_timeout_ms: default_http_first_byte_timeout_ms(),

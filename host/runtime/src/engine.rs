@@ -104,17 +104,23 @@ pub struct WasmEngine {
     stop_ticker: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
     pool: Arc<InstancePool>,
+    /// The pool size the engine was made with (None: on demand), which a
+    /// compiling child needs to make the same engine.
+    pool_slots: Option<usize>,
     compiles: std::sync::atomic::AtomicU64,
 }
 
-/// What loading one plugin may cost the host: compiling runs on a thread
-/// of its own and is given up after `timeout`, so a plugin made to be slow
-/// to compile (a huge function) cannot hold the host's start-up.
+/// What loading one plugin may cost the host, so that a plugin made to be
+/// slow to compile (a huge function) cannot hold the host's start-up: see
+/// [`crate::compiler`] for how each bound is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompileLimits {
     /// The largest plugin file read and compiled.
     pub max_bytes: u64,
-    /// How long compiling may take.
+    /// The CPU time compiling may use (in a child process; whole seconds).
+    pub cpu: Duration,
+    /// How long compiling may take on the clock: a backstop well above
+    /// `cpu`, the only bound when compiles run in the host's own process.
     pub timeout: Duration,
 }
 
@@ -122,7 +128,8 @@ impl Default for CompileLimits {
     fn default() -> Self {
         CompileLimits {
             max_bytes: 256 << 20,
-            timeout: Duration::from_secs(120),
+            cpu: Duration::from_secs(120),
+            timeout: Duration::from_secs(600),
         }
     }
 }
@@ -144,6 +151,18 @@ pub enum EngineError {
         .limit.as_millis()
     )]
     CompileTimeout { path: PathBuf, limit: Duration },
+    /// Compiling a plugin used more CPU time than its limit.
+    #[error(
+        "cannot compile plugin {path}: compiling used more than {seconds}s of CPU time \
+         (limits.compile_cpu_ms = {}); the compiling process was ended",
+        .limit.as_millis()
+    )]
+    CompileCpu {
+        path: PathBuf,
+        limit: Duration,
+        /// The bound the kernel kept, in its whole seconds.
+        seconds: u64,
+    },
     /// The cache of compiled plugins cannot be written.
     #[error("component cache {path}: {detail}")]
     Cache { path: PathBuf, detail: String },
@@ -159,14 +178,16 @@ impl WasmEngine {
     /// The same, with a pool of `slots` instance slots (`weir serve` sizes
     /// it to its tenants' shares and the reserve).
     pub fn with_pool_slots(cache_dir: &Path, slots: usize) -> Result<Self, EngineError> {
-        let engine = match Engine::new(&config(Some(slots))) {
-            Ok(engine) => engine,
+        let (engine, pool_slots) = match Engine::new(&config(Some(slots))) {
+            Ok(engine) => (engine, Some(slots)),
             // Some hosts cap virtual memory (ulimit -v) below what the pool
             // reserves; plugins still run, just without the pool's reuse
             // (the slots are still counted).
             Err(pool_error) => {
                 tracing::warn!(%pool_error, "pooling allocator unavailable; using on-demand allocation");
-                Engine::new(&config(None)).map_err(|e| EngineError::Config(e.to_string()))?
+                let engine =
+                    Engine::new(&config(None)).map_err(|e| EngineError::Config(e.to_string()))?;
+                (engine, None)
             }
         };
         let stop_ticker = Arc::new(AtomicBool::new(false));
@@ -190,6 +211,7 @@ impl WasmEngine {
             stop_ticker,
             ticker: Some(ticker),
             pool: Arc::new(InstancePool::new(slots)),
+            pool_slots,
             compiles: Default::default(),
         })
     }
@@ -253,7 +275,16 @@ impl WasmEngine {
                 None
             }
         };
-        let compiled = self.precompile(path, wasm, limits.timeout)?;
+        let in_child = match crate::compiler::child_program() {
+            Some(program) => {
+                crate::compiler::compile_in_child(program, self.pool_slots, path, wasm, limits)?
+            }
+            None => None,
+        };
+        let compiled = match in_child {
+            Some(compiled) => compiled,
+            None => self.precompile(path, wasm, limits.timeout)?,
+        };
         self.compiles.fetch_add(1, Ordering::Relaxed);
         // Artifact first, then its seal, each written then renamed: a crash
         // in between leaves an artifact without its seal, compiled again.
@@ -303,9 +334,10 @@ impl WasmEngine {
         None
     }
 
-    /// Compiles on a thread of its own and waits at most `timeout`. Cranelift
-    /// cannot be interrupted: a compile given up runs on, detached, until it
-    /// ends (`weir run` then exits on the error anyway).
+    /// Compiles on a thread of its own and waits at most `timeout`: the
+    /// way of a process that cannot start compiling children (see
+    /// [`crate::compiler`]). Cranelift cannot be interrupted: a compile
+    /// given up runs on, detached, until it ends.
     fn precompile(
         &self,
         path: &Path,
@@ -367,8 +399,9 @@ impl Drop for WasmEngine {
 }
 
 /// The engine's settings; `pool_slots` sizes the pooling allocator, `None`
-/// allocates each instance on demand.
-fn config(pool_slots: Option<usize>) -> Config {
+/// allocates each instance on demand. A compiling child makes its engine
+/// from the same settings, so that its artifacts load in the host's.
+pub(crate) fn config(pool_slots: Option<usize>) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     // On by default in wasmtime 48, and it makes every component call

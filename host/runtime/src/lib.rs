@@ -9,6 +9,7 @@
 pub mod budget;
 pub mod capability;
 mod cause;
+pub mod compiler;
 pub mod engine;
 mod guest_error;
 pub mod host_state;

@@ -273,6 +273,8 @@ struct Limits {
     #[serde(skip_serializing_if = "Option::is_none")]
     log_burst: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    compile_cpu_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     compile_timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_plugin_mb: Option<u64>,
@@ -293,6 +295,7 @@ impl Default for Limits {
             max_message_bytes: None,
             log_lines_per_second: None,
             log_burst: None,
+            compile_cpu_ms: None,
             compile_timeout_ms: None,
             max_plugin_mb: None,
             other: BTreeMap::new(),
@@ -384,7 +387,15 @@ impl SinkBuilder {
         self
     }
 
-    /// How long compiling the plugin may take.
+    /// The CPU time compiling the plugin may use.
+    pub fn compile_cpu_ms(mut self, ms: u64) -> Self {
+        self.limits
+            .get_or_insert_with(Limits::default)
+            .compile_cpu_ms = Some(ms);
+        self
+    }
+
+    /// How long compiling the plugin may take on the clock.
     pub fn compile_timeout_ms(mut self, ms: u64) -> Self {
         self.limits
             .get_or_insert_with(Limits::default)

@@ -155,11 +155,158 @@ fn a_plugin_slow_to_compile_is_given_up_at_its_limit() {
             "limits.compile_timeout_ms = 500",
         ],
     );
-    // The host gave up at the limit rather than waiting the compile out.
+    // The host gave up at the limit rather than waiting the compile out,
+    // and the compile did not run on.
     assert!(
         took < Duration::from_secs(20),
         "the run took {took:?}: {report}"
     );
+    assert_no_compile_of(&path);
+}
+
+/// The same plugin under its CPU bound alone (the clock's is ten minutes):
+/// the kernel ends the compiling process once it has used its second.
+#[test]
+fn a_plugin_slow_to_compile_is_ended_by_its_cpu_bound_with_its_process_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plugin(dir.path(), "bomb.wasm", &compile_bomb(100_000, 2_000));
+    let bomb = SinkBuilder::new("bomb", &path)
+        .blob_store(&sink_root(dir.path(), "bomb"))
+        .compile_cpu_ms(1_000)
+        .compile_timeout_ms(600_000);
+    let pipeline = workload(SEED, CHANGES, 100).sink(bomb).write_in(dir.path());
+    let started = Instant::now();
+    let (out, report) = run(&pipeline);
+    let took = started.elapsed();
+    assert!(!out.status.success(), "{report}");
+    assert_mentions(
+        &report,
+        &[
+            "bomb.wasm",
+            "compiling used more than 1s of CPU time",
+            "limits.compile_cpu_ms = 1000",
+        ],
+    );
+    assert!(
+        took < Duration::from_secs(60),
+        "the run took {took:?}: {report}"
+    );
+    assert_no_compile_of(&path);
+}
+
+/// A plugin whose compile needs well under its CPU bound, compiled while
+/// busy threads leave it a fraction of a core: it takes longer than the
+/// bound on the clock (where a wall-clock bound would have failed it) and
+/// still compiles. The plugin is no sink, so the run then stops on the
+/// contract, not on the compile.
+#[test]
+fn a_compile_slowed_by_a_busy_machine_past_its_cpu_bound_on_the_clock_still_compiles() {
+    const CPU_BOUND_MS: u64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_plugin(dir.path(), "slow.wasm", &compile_bomb(8_000, 2_000));
+    let slow = SinkBuilder::new("slow", &path)
+        .blob_store(&sink_root(dir.path(), "slow"))
+        .compile_cpu_ms(CPU_BOUND_MS);
+    let pipeline = workload(SEED, CHANGES, 100).sink(slow).write_in(dir.path());
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores * 4)
+        .map(|_| {
+            let busy = busy.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    // A cache of its own: the plugin must be compiled, not loaded.
+    let cache = dir.path().join("component-cache");
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("WEIR_LOG", "info"),
+            ("WEIR_COMPONENT_CACHE", cache.to_str().unwrap()),
+        ],
+    );
+    let report = text(&out);
+    busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+    assert!(!out.status.success(), "{report}");
+    assert!(
+        !report.contains("cannot compile plugin"),
+        "the compile failed: {report}"
+    );
+    let (wall, cpu) = compile_times(&report).unwrap_or_else(|| {
+        panic!("no compile was reported: {report}");
+    });
+    assert!(
+        cpu < CPU_BOUND_MS as f64 / 1000.0,
+        "the compile used {cpu} s of CPU, not well under the bound: {report}"
+    );
+    assert!(
+        wall > CPU_BOUND_MS as f64 / 1000.0,
+        "inconclusive: the busy threads did not slow the compile past {CPU_BOUND_MS} ms on the \
+         clock ({wall} s, {cpu} s of CPU), so this run shows nothing"
+    );
+    println!(
+        "compiled in {wall} s on the clock, {cpu} s of CPU, under a {CPU_BOUND_MS} ms CPU bound"
+    );
+}
+
+/// The wall and CPU seconds of the compile the run's log reports.
+fn compile_times(report: &str) -> Option<(f64, f64)> {
+    let line = report
+        .lines()
+        .find(|l| l.contains("compiled the plugin in a child process"))?;
+    // Without the terminal's colour codes, which may sit around each name.
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            plain.push(c);
+        }
+    }
+    let line = plain.as_str();
+    let field = |name: &str| -> Option<f64> {
+        let at = line.find(&format!("{name}="))? + name.len() + 1;
+        line[at..]
+            .trim_start_matches('"')
+            .split(|c: char| c != '.' && !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((field("wall_seconds")?, field("cpu_seconds")?))
+}
+
+/// No compiling process of `plugin` is left (they name it in their
+/// arguments).
+fn assert_no_compile_of(plugin: &Path) {
+    let needle = plugin.to_string_lossy().into_owned();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains("__compile-plugin") && c.contains(&needle))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a compile of {needle} is still running: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
