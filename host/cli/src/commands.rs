@@ -15,7 +15,7 @@ use weir_pipeline::{self, Control, RunHost, RunOptions};
 use weir_runtime::{WasmEngine, plugin};
 
 use crate::conformance::Guarantee;
-use crate::{ctl, maintain, render};
+use crate::{ctl, maintain, render, scaffold};
 
 #[derive(Parser)]
 #[command(
@@ -121,6 +121,25 @@ pub enum PluginCommand {
         /// Where compiled components are cached.
         #[arg(long, default_value = ".weir/component-cache")]
         cache_dir: PathBuf,
+    },
+    /// Write a new sink project into a new folder: a crate against the weir
+    /// SDK that builds on its own (a JSON Lines sink to make your own, with
+    /// native unit tests), a pipeline from the generator into it, a `weir
+    /// plugin test` config and a README with the commands.
+    New {
+        /// The sink's crate name (letters, digits, `-` and `_`), also its
+        /// pipeline's and sink's name.
+        name: String,
+        /// The sink's language; only `rust` is written so far.
+        #[arg(long, value_enum, default_value_t = scaffold::Lang::Rust)]
+        lang: scaffold::Lang,
+        /// The project's folder, which must be missing or empty [default: ./NAME].
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        /// The weir SDK's folder (`sdk` in a weir source tree; it is not on
+        /// a registry) [default: the one this weir was built from].
+        #[arg(long, value_name = "PATH")]
+        sdk: Option<PathBuf>,
     },
 }
 
@@ -249,6 +268,24 @@ pub fn dispatch(command: Command) -> Result<ExitCode, String> {
                 Guarantee::CannotVerify => EXIT_CANNOT_VERIFY,
             }))
         }
+        Command::Plugin {
+            command:
+                PluginCommand::New {
+                    name,
+                    lang,
+                    dir,
+                    sdk,
+                },
+        } => {
+            let created = scaffold::create(&scaffold::NewSink {
+                name,
+                lang,
+                dir,
+                sdk,
+            })?;
+            print!("{}", created.summary());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Maintain {
             pipeline,
             sink,
@@ -374,6 +411,34 @@ mod tests {
         assert_eq!(sink.as_deref(), Some("lake"));
         assert_eq!(tables, ["a", "b"]);
         assert!(compact && !expire);
+    }
+
+    #[test]
+    fn plugin_new_takes_a_name_and_folders() {
+        let Command::Plugin {
+            command:
+                PluginCommand::New {
+                    name,
+                    lang,
+                    dir,
+                    sdk,
+                },
+        } = parse(&["plugin", "new", "my-sink", "--dir", "d", "--sdk", "s"])
+        else {
+            panic!("not plugin new")
+        };
+        assert_eq!(name, "my-sink");
+        assert_eq!(lang, scaffold::Lang::Rust);
+        assert_eq!(dir, Some(PathBuf::from("d")));
+        assert_eq!(sdk, Some(PathBuf::from("s")));
+        let Command::Plugin {
+            command: PluginCommand::New { lang, dir, sdk, .. },
+        } = parse(&["plugin", "new", "my-sink", "--lang", "js"])
+        else {
+            panic!("not plugin new")
+        };
+        assert_eq!(lang, scaffold::Lang::Js);
+        assert!(dir.is_none() && sdk.is_none());
     }
 
     #[test]

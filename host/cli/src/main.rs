@@ -1,6 +1,7 @@
 //! The `weir` command: [`commands`] parses and dispatches, [`ctl`] talks
 //! to a running `weir serve`, [`maintain`] runs a sink's maintenance,
-//! [`conformance`] is `weir plugin test`, and [`render`] prints answers.
+//! [`conformance`] is `weir plugin test`, [`scaffold`] is `weir plugin new`,
+//! and [`render`] prints answers.
 //! What each command does lives in the crates below (weir-pipeline,
 //! weir-serve, weir-runtime, weir-source).
 
@@ -9,6 +10,7 @@ mod conformance;
 mod ctl;
 mod maintain;
 mod render;
+mod scaffold;
 
 use std::process::ExitCode;
 

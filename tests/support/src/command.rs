@@ -63,6 +63,12 @@ pub fn plugin(crate_name: &str) -> PathBuf {
     file
 }
 
+/// The target folder scripts/build-plugins builds the Rust plugins in
+/// (`<target>/plugins`): their compiled dependencies are there.
+pub fn plugin_target_dir() -> PathBuf {
+    target_dir().join("plugins")
+}
+
 /// The component cache the tests share (`WEIR_COMPONENT_CACHE`): each
 /// plugin compiles once per test run, not once per test (the Iceberg sink
 /// takes 15 to 25 CPU-seconds, and most of the Iceberg and Postgres tests

@@ -34,7 +34,7 @@ const SCENARIOS: [&str; 12] = [
 ];
 
 /// What one `weir plugin test --json` said.
-struct Report {
+pub(crate) struct Report {
     exit: Option<i32>,
     json: Value,
     /// The whole output, for assertion messages.
@@ -72,7 +72,7 @@ impl Report {
 
     /// The report's shape, whatever the verdict: the plugin, whether it has
     /// positions, every scenario once in order with a known outcome.
-    fn check_shape(&self, plugin: &Path, positioned: bool) {
+    pub(crate) fn check_shape(&self, plugin: &Path, positioned: bool) {
         assert_eq!(
             self.json["plugin"].as_str().map(PathBuf::from).as_deref(),
             Some(plugin),
@@ -100,7 +100,7 @@ impl Report {
 
     /// A guarantee was earned: exit 0, the verdict and guarantee given,
     /// and no scenario failed or went unverified.
-    fn assert_earned(&self, guarantee: &str, verdict: &str) {
+    pub(crate) fn assert_earned(&self, guarantee: &str, verdict: &str) {
         assert_eq!(self.exit, Some(0), "{}", self.text);
         assert_eq!(self.json["guarantee"], guarantee, "{}", self.text);
         assert_eq!(self.verdict(), verdict, "{}", self.text);
@@ -144,11 +144,18 @@ fn plugin_test(crate_name: &str, config: &str, envs: &[(&str, &str)]) -> (PathBu
 }
 
 /// Runs `weir plugin test` on the plugin crate's component with the test
+/// config at `config`.
+fn plugin_test_with(crate_name: &str, config: &Path, envs: &[(&str, &str)]) -> (PathBuf, Report) {
+    let wasm = plugin(crate_name);
+    let report = plugin_test_file(&wasm, config, envs);
+    (wasm, report)
+}
+
+/// Runs `weir plugin test --json` on the component `wasm` with the test
 /// config at `config`. Compiled components are shared by the tests: the
 /// Python and JavaScript sinks embed an interpreter that takes close to a
 /// minute to compile.
-fn plugin_test_with(crate_name: &str, config: &Path, envs: &[(&str, &str)]) -> (PathBuf, Report) {
-    let wasm = plugin(crate_name);
+pub(crate) fn plugin_test_file(wasm: &Path, config: &Path, envs: &[(&str, &str)]) -> Report {
     let cache = shared_component_cache();
     let out = weir(
         &[
@@ -166,12 +173,11 @@ fn plugin_test_with(crate_name: &str, config: &Path, envs: &[(&str, &str)]) -> (
     let text = text(&out);
     let json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("`--json` did not print one JSON object ({e}):\n{text}"));
-    let report = Report {
+    Report {
         exit: out.status.code(),
         json,
         text,
-    };
-    (wasm, report)
+    }
 }
 
 /// The pyarrow/DuckDB readers run the repository's virtualenv.
