@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use common::{SinkBuilder, TableMode, tables, text, weir};
 use iceberg_support::Row;
 use iceberg_support::*;
-use weir_test_support::iceberg_rest::IcebergRestServer;
+use weir_test_support::iceberg_rest::{IcebergRestServer, RestRows};
 use weir_test_support::moto::MotoServer;
 
 const SEED: u64 = 23;
@@ -161,27 +161,34 @@ fn assert_committed_exact(
 ) {
     let committed = committed_through(catalog, pipeline);
     let want = upsert_state_at(SEED, changes, &committed);
-    for table in tables() {
-        if !committed.contains_key(&table.name) {
-            // Not created yet (a host killed early): nothing to hold.
-            assert!(want[&table.name].is_empty(), "{}", table.name);
-            continue;
-        }
-        let destination = destination(&table.name);
-        let (namespace, name) = split(&destination);
-        let columns = column_names(&table, &["change_pos"]);
-        for &reader in readers {
-            let rows = match reader {
-                "duckdb" => catalog.rows_via_duckdb(&namespace, name),
-                _ => catalog.rows_via_pyiceberg(&namespace, name),
-            };
+    // Not created yet (a host killed early): nothing to hold.
+    let (created, not_yet): (Vec<_>, Vec<_>) = tables()
+        .into_iter()
+        .partition(|t| committed.contains_key(&t.name));
+    for table in not_yet {
+        assert!(want[&table.name].is_empty(), "{}", table.name);
+    }
+    let destinations: Vec<String> = created.iter().map(|t| destination(&t.name)).collect();
+    let names: Vec<(Vec<&str>, &str)> = destinations.iter().map(|d| split(d)).collect();
+    let names: Vec<(&[&str], &str)> = names.iter().map(|(ns, n)| (ns.as_slice(), *n)).collect();
+    // One Python per reader for every table.
+    let read: Vec<(&str, Vec<RestRows>)> = readers
+        .iter()
+        .map(|&reader| (reader, catalog.rows_of_tables(reader, &names)))
+        .collect();
+    for (i, table) in created.iter().enumerate() {
+        let destination = &destinations[i];
+        let columns = column_names(table, &["change_pos"]);
+        for (reader, by_table) in &read {
+            let reader = *reader;
+            let rows = by_table[i].clone();
             let read = Read {
                 columns: rows.columns,
                 rows: rows.rows,
             };
             let got = read.project(&columns);
             assert_eq!(
-                duplicate_keys(&table, &got),
+                duplicate_keys(table, &got),
                 0,
                 "{reader}: {destination} holds a key twice"
             );
@@ -477,13 +484,20 @@ fn weir_rebases_over_another_writer_and_a_zombie_at_an_older_epoch_is_refused() 
     // all kept, once each.
     let committed = committed_through(&catalog, "restzombie");
     let want = upsert_state_at(seed, changes, &committed);
-    for table in tables() {
-        let destination = destination(&table.name);
-        let (namespace, name) = split(&destination);
-        let columns = column_names(&table, &["change_pos"]);
+    let tables = tables();
+    let destinations: Vec<String> = tables.iter().map(|t| destination(&t.name)).collect();
+    let read_by = |reader: &str| {
+        let names: Vec<(Vec<&str>, &str)> = destinations.iter().map(|d| split(d)).collect();
+        let names: Vec<(&[&str], &str)> = names.iter().map(|(ns, n)| (ns.as_slice(), *n)).collect();
+        catalog.rows_of_tables(reader, &names)
+    };
+    let (by_pyiceberg, by_duckdb) = (read_by("pyiceberg"), read_by("duckdb"));
+    for (i, table) in tables.iter().enumerate() {
+        let destination = &destinations[i];
+        let columns = column_names(table, &["change_pos"]);
         for (reader, rows) in [
-            ("pyiceberg", catalog.rows_via_pyiceberg(&namespace, name)),
-            ("duckdb", catalog.rows_via_duckdb(&namespace, name)),
+            ("pyiceberg", by_pyiceberg[i].clone()),
+            ("duckdb", by_duckdb[i].clone()),
         ] {
             let read = Read {
                 columns: rows.columns,
@@ -493,7 +507,7 @@ fn weir_rebases_over_another_writer_and_a_zombie_at_an_older_epoch_is_refused() 
                 .project(&columns)
                 .into_iter()
                 .partition(|row| row[0].as_deref().is_some_and(|id| id.starts_with('-')));
-            if destination == customers {
+            if *destination == customers {
                 let mut ids: Vec<&str> = foreign.iter().filter_map(|r| r[0].as_deref()).collect();
                 ids.sort();
                 ids.dedup();
@@ -505,7 +519,7 @@ fn weir_rebases_over_another_writer_and_a_zombie_at_an_older_epoch_is_refused() 
             } else {
                 assert!(foreign.is_empty(), "{reader}: {foreign:?}");
             }
-            assert_eq!(duplicate_keys(&table, &ours), 0, "{reader}: {destination}");
+            assert_eq!(duplicate_keys(table, &ours), 0, "{reader}: {destination}");
             assert_rows(
                 &format!("{reader} after the zombie, {}", table.name),
                 &want[&table.name],
