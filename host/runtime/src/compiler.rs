@@ -185,22 +185,29 @@ pub(crate) fn compile_in_child(
             limit: limits.timeout,
         });
     }
-    match status.signal() {
-        // SIGXCPU at the soft limit, SIGKILL at the hard one a second later.
-        Some(libc::SIGXCPU | libc::SIGKILL) => {
-            return Err(EngineError::CompileCpu {
-                path: path.to_path_buf(),
-                limit: limits.cpu,
-                seconds: cpu_seconds,
-            });
-        }
-        Some(signal) => {
-            return Err(failed(format!(
-                "the compiling process ended on signal {signal}: {}",
-                error_text.trim()
-            )));
-        }
-        None => {}
+    // SIGXCPU at the soft limit, SIGKILL at the hard one a second later; a
+    // SIGKILL short of the bound is someone else's (the OOM killer's).
+    let ended_by_cpu_bound = match status.signal() {
+        Some(libc::SIGXCPU) => true,
+        Some(libc::SIGKILL) => cpu_used >= Duration::from_secs(cpu_seconds),
+        _ => false,
+    };
+    if ended_by_cpu_bound {
+        return Err(EngineError::CompileCpu {
+            path: path.to_path_buf(),
+            limit: limits.cpu,
+            seconds: cpu_seconds,
+        });
+    }
+    if let Some(signal) = status.signal() {
+        return Err(failed(format!(
+            "the compiling process ended on signal {signal} after {:.1}s of CPU time{}",
+            cpu_used.as_secs_f64(),
+            match error_text.trim() {
+                "" => String::new(),
+                text => format!(": {text}"),
+            }
+        )));
     }
     if !status.success() {
         return Err(failed(error_text.trim().to_string()));

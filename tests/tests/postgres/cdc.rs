@@ -9,6 +9,7 @@ use crate::common;
 use crate::postgres_support;
 use weir_source::commit_order::StreamPosition;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{text, weir};
@@ -208,10 +209,9 @@ fn replication_over_unix_socket(pg: &Pg, db: &str, slot: &str) -> bool {
     }
 }
 
-#[test]
-fn ddl_other_than_add_column_stops_the_pipeline_with_a_clear_message() {
-    let pg = cluster();
-    let db = "weir_ddl";
+/// Table `t (id, a, b)` with a row, in a fresh database `db`, and a
+/// pipeline of it into `root` (`exact` in the returned folder).
+fn table_of_three_columns(pg: &Pg, db: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dsn = pg.fresh_db(db);
     pg.sql(
         db,
@@ -220,6 +220,14 @@ fn ddl_other_than_add_column_stops_the_pipeline_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("exact");
     let pipeline = PgPipeline::new(&dsn, &["public.t"]).write(dir.path(), &root);
+    (dir, root, pipeline)
+}
+
+#[test]
+fn ddl_other_than_add_column_stops_the_pipeline_with_a_clear_message() {
+    let pg = cluster();
+    let db = "weir_ddl";
+    let (_dir, _root, pipeline) = table_of_three_columns(&pg, db);
     drain(&pipeline);
     pg.sql(
         db,
@@ -245,14 +253,7 @@ fn ddl_other_than_add_column_stops_the_pipeline_with_a_clear_message() {
 fn the_last_column_dropped_while_weir_streams_stops_the_pipeline_naming_it() {
     let pg = cluster();
     let db = "weir_ddl_live";
-    let dsn = pg.fresh_db(db);
-    pg.sql(
-        db,
-        "CREATE TABLE t (id int PRIMARY KEY, a text, b text); INSERT INTO t VALUES (1, 'a', 'b');",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("exact");
-    let pipeline = PgPipeline::new(&dsn, &["public.t"]).write(dir.path(), &root);
+    let (dir, root, pipeline) = table_of_three_columns(&pg, db);
     let log = dir.path().join("weir.log");
     let mut child = spawn_weir(&pipeline, &log);
     // Streaming: the backfill, read in the slot's snapshot, is committed.
