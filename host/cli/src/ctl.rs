@@ -15,10 +15,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use url::Url;
 use weir_serve::api::{
-    ApiError, Applied, Deleted, PipelineList, PipelineStatus, Readiness, Steered, Swapped,
+    ApiError, Applied, Deleted, PipelineList, PipelineStatus, Readiness, Steered, Swapped, Uploaded,
 };
 
 use super::render;
+
+mod plugins;
 
 /// Where `weir serve` listens unless told otherwise (its documented default).
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
@@ -65,8 +67,14 @@ pub enum CtlCommand {
     Apply {
         #[arg(value_name = NAME)]
         pipeline: PipelineName,
-        /// The pipeline's YAML file, sent as it is.
+        /// The pipeline's YAML file, sent as it is (but for --plugin).
         file: PathBuf,
+        /// A plugin one or more sinks name (a path from the pipeline file's
+        /// folder, or absolute): it is uploaded to the tenant first, and
+        /// those sinks' `plugin:` values are sent as `sha256:<digest>`.
+        /// Repeatable.
+        #[arg(long = "plugin", value_name = "FILE")]
+        plugins: Vec<PathBuf>,
     },
     /// State, per sink plugin and table position, lag, last error.
     Status {
@@ -184,18 +192,11 @@ pub fn dispatch(args: CtlArgs) -> Result<ExitCode, String> {
                 render::pipeline_list,
             );
         }
-        CtlCommand::Apply { pipeline, file } => {
-            let yaml = read_file(&file, "pipeline file")?;
-            let url = client.pipeline_url(&pipeline, &[]);
-            let reply = client.send(Method::PUT, url, Some("application/yaml"), true, yaml)?;
-            let reply = client.expect_success(reply)?;
-            client.show(
-                &reply,
-                as_json,
-                "an applied pipeline",
-                |applied: &Applied| render::applied(&pipeline, applied),
-            );
-        }
+        CtlCommand::Apply {
+            pipeline,
+            file,
+            plugins,
+        } => apply(&client, &pipeline, &file, &plugins, as_json)?,
         CtlCommand::Status { pipeline } => {
             return remote_status(&client, &pipeline, as_json);
         }
@@ -255,6 +256,65 @@ pub fn dispatch(args: CtlArgs) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `weir ctl apply`: uploads each `--plugin` file, then sends the pipeline
+/// file with the sinks that run one naming its upload.
+fn apply(
+    client: &AdminClient,
+    pipeline: &PipelineName,
+    file: &Path,
+    plugins: &[PathBuf],
+    as_json: bool,
+) -> Result<(), String> {
+    let yaml = read_file(file, "pipeline file")?;
+    // Whatever can be refused here is, before anything is sent.
+    let mut uploads = Vec::new();
+    for upload in plugins::sinks_running(file, &yaml, plugins)? {
+        let wasm = std::fs::read(&upload.file)
+            .map_err(|e| format!("cannot read the plugin {}: {e}", upload.file.display()))?;
+        let sha256 = weir_runtime::engine::digest(&wasm);
+        uploads.push((upload, sha256, wasm));
+    }
+    let yaml = plugins::with_references(
+        &yaml,
+        uploads
+            .iter()
+            .map(|(upload, sha256, _)| (upload, sha256.as_str())),
+    );
+    let mut uploaded = Vec::new();
+    for (upload, sha256, wasm) in uploads {
+        let size = wasm.len() as u64;
+        let reply = client.upload_plugin(&pipeline.tenant, &sha256, wasm)?;
+        let already_there = serde_json::from_str::<Uploaded>(&reply.body).is_ok_and(|u| !u.new);
+        if !as_json {
+            render::uploaded(&upload.file, &upload.sinks, &sha256, size, already_there);
+        }
+        uploaded.push(serde_json::json!({
+            "file": upload.file.display().to_string(),
+            "sinks": upload.sinks,
+            "sha256": sha256,
+            "size": size,
+            "new": !already_there,
+        }));
+    }
+    let url = client.pipeline_url(pipeline, &[]);
+    let reply = client.send(Method::PUT, url, Some("application/yaml"), true, yaml)?;
+    let reply = client.expect_success(reply)?;
+    match reply.json() {
+        // One JSON document: the apply's reply with what was uploaded for it.
+        Some(Value::Object(mut applied)) if as_json && !uploaded.is_empty() => {
+            applied.insert("uploaded".into(), Value::Array(uploaded));
+            render::server_json(&Value::Object(applied));
+        }
+        _ => client.show(
+            &reply,
+            as_json,
+            "an applied pipeline",
+            |applied: &Applied| render::applied(pipeline, applied),
+        ),
+    }
+    Ok(())
 }
 
 /// `weir ctl status` and `weir status --server`: one pipeline as the server
@@ -363,6 +423,14 @@ impl AdminClient {
 
     fn get(&self, segments: &[&str], authenticated: bool) -> Result<Reply, String> {
         self.send(Method::GET, self.url(segments), None, authenticated, ())
+    }
+
+    /// `PUT /v1/tenants/{tenant}/plugins/{sha256}` with the plugin's bytes:
+    /// the server keeps them for pipeline files to name by the digest.
+    fn upload_plugin(&self, tenant: &str, sha256: &str, wasm: Vec<u8>) -> Result<Reply, String> {
+        let url = self.url(&["v1", "tenants", tenant, "plugins", sha256]);
+        let reply = self.send(Method::PUT, url, Some("application/wasm"), true, wasm)?;
+        self.expect_success(reply)
     }
 
     /// POST `/v1/pipelines/{tenant}/{pipeline}/{verb}`, and says what came of it.
@@ -588,13 +656,36 @@ mod tests {
     }
 
     #[test]
-    fn apply_takes_a_name_and_a_file() {
+    fn apply_takes_a_name_a_file_and_plugins_to_upload() {
         let args = ctl(&["ctl", "apply", "acme/orders", "orders.yaml"]);
-        let CtlCommand::Apply { pipeline, file } = args.command else {
+        let CtlCommand::Apply {
+            pipeline,
+            file,
+            plugins,
+        } = args.command
+        else {
             panic!("{:?}", args.command)
         };
         assert_eq!(pipeline, name("acme", "orders"));
         assert_eq!(file, PathBuf::from("orders.yaml"));
+        assert!(plugins.is_empty());
+        let args = ctl(&[
+            "ctl",
+            "apply",
+            "acme/orders",
+            "orders.yaml",
+            "--plugin",
+            "lake.wasm",
+            "--plugin",
+            "/opt/audit.wasm",
+        ]);
+        let CtlCommand::Apply { plugins, .. } = args.command else {
+            panic!("{:?}", args.command)
+        };
+        assert_eq!(
+            plugins,
+            [PathBuf::from("lake.wasm"), PathBuf::from("/opt/audit.wasm")]
+        );
         assert!(
             parse(&["ctl", "apply", "acme/orders"]).is_err(),
             "the file is required"
@@ -691,6 +782,12 @@ mod tests {
                 .pipeline_url(&name("acme", "orders"), &["sinks", "lake", "plugin"])
                 .as_str(),
             "http://127.0.0.1:7070/v1/pipelines/acme/orders/sinks/lake/plugin"
+        );
+        assert_eq!(
+            client
+                .url(&["v1", "tenants", "acme", "plugins", "ab12"])
+                .as_str(),
+            "http://127.0.0.1:7070/v1/tenants/acme/plugins/ab12"
         );
         // A sink name is one path segment whatever it holds.
         assert_eq!(

@@ -47,6 +47,7 @@ pub fn maintain(
 ) -> Result<Vec<Maintained>, String> {
     let crash_at = crash_from_env()?;
     let config = PipelineConfig::load(args.pipeline).map_err(|e| e.to_string())?;
+    weir_pipeline::plugin_ref::refuse_uploaded(&config, "weir maintain")?;
     let sinks: Vec<&SinkConfig> = match args.sink {
         Some(name) => {
             let found = config.sinks.iter().find(|s| s.name == name);

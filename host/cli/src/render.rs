@@ -1,6 +1,8 @@
 //! What the commands print: one line per fact for people, or JSON with
 //! `--json` for scripts.
 
+use std::path::Path;
+
 use serde::Serialize;
 use serde_json::Value;
 
@@ -245,6 +247,14 @@ pub fn applied(name: &impl std::fmt::Display, reply: &Applied) {
     println!("{}", applied_line(&name.to_string(), reply));
 }
 
+/// A plugin was uploaded for `weir ctl apply --plugin`.
+pub fn uploaded(file: &Path, sinks: &[String], sha256: &str, size: u64, already_there: bool) {
+    println!(
+        "{}",
+        uploaded_line(file, sinks, sha256, size, already_there)
+    );
+}
+
 /// A pipeline was paused, resumed, stopped or started.
 pub fn steered(name: &impl std::fmt::Display, done: &str, reply: &Steered) {
     println!("{}", steered_line(&name.to_string(), done, reply));
@@ -324,6 +334,28 @@ fn applied_line(name: &str, reply: &Applied) -> String {
     let mut line = done_line(name, "applied");
     if !reply.changed {
         line.push_str(" (the same definition: nothing changed)");
+    }
+    line
+}
+
+fn uploaded_line(
+    file: &Path,
+    sinks: &[String],
+    sha256: &str,
+    size: u64,
+    already_there: bool,
+) -> String {
+    let sinks: Vec<String> = sinks.iter().map(|s| format!("`{s}`")).collect();
+    let mut line = format!(
+        "uploaded {}: {}, {} bytes, for sink{} {}",
+        file.display(),
+        weir_pipeline::plugin_ref::reference(sha256),
+        size,
+        if sinks.len() == 1 { "" } else { "s" },
+        sinks.join(", ")
+    );
+    if already_there {
+        line.push_str(" (the server had it already)");
     }
     line
 }
@@ -777,6 +809,25 @@ mod tests {
         assert_eq!(
             applied_line("acme/orders", &read(json!({"changed": true}))),
             "acme/orders: applied"
+        );
+    }
+
+    #[test]
+    fn an_upload_names_the_file_its_reference_its_size_and_its_sinks() {
+        let digest = "ab".repeat(32);
+        let file = Path::new("build/lake.wasm");
+        assert_eq!(
+            uploaded_line(file, &["lake".into(), "copy".into()], &digest, 1234, false),
+            format!(
+                "uploaded build/lake.wasm: sha256:{digest}, 1234 bytes, for sinks `lake`, `copy`"
+            )
+        );
+        assert_eq!(
+            uploaded_line(file, &["lake".into()], &digest, 1234, true),
+            format!(
+                "uploaded build/lake.wasm: sha256:{digest}, 1234 bytes, for sink `lake` (the \
+                 server had it already)"
+            )
         );
     }
 

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod control;
 pub mod failpoint;
+pub mod plugin_ref;
 mod report;
 pub mod setup;
 mod shell;
@@ -101,6 +102,9 @@ pub fn run(
     host: &RunHost,
 ) -> Result<RunReport, RunError> {
     let _end = control::EndOnDrop(host.control);
+    // Before the store is opened: nothing of the pipeline is made on disk
+    // for a file this run cannot load.
+    plugin_ref::refuse_uploaded(config, "weir run").map_err(RunError::Setup)?;
     let store: Box<dyn PositionStore> = match host.store {
         Some(open) => open(config)?,
         None => Box::new(EmbeddedStore::open(&config.store_path())?),

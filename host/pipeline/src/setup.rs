@@ -205,6 +205,7 @@ impl SinkParts {
 /// Loads, checks and starts every sink of the pipeline. A required sink
 /// that cannot start fails the run; an optional one is left out of it.
 pub fn start_sinks(config: &PipelineConfig, factory: &SinkFactory) -> Result<Sinks, RunError> {
+    crate::plugin_ref::refuse_uploaded(config, "weir run").map_err(RunError::Setup)?;
     check_roots(config)?;
     let mut sinks = Sinks {
         workers: Vec::new(),

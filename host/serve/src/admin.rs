@@ -50,6 +50,10 @@ pub fn router(server: Arc<Server>) -> Router {
             "/v1/pipelines/{tenant}/{pipeline}/sinks/{sink}/rollback",
             bounded(post(rollback), MAX_SMALL_BODY),
         )
+        .route(
+            "/v1/tenants/{tenant}/plugins/{sha256}",
+            bounded(put(upload_plugin), max_plugin),
+        )
         .route_layer(from_fn_with_state(server.clone(), authenticate));
     Router::new()
         .route("/health", bounded(get(health), MAX_SMALL_BODY))
@@ -390,4 +394,16 @@ async fn rollback(
         .await?
         .map_err(refusal)?;
     Ok(ok(swapped))
+}
+
+async fn upload_plugin(
+    State(server): State<Arc<Server>>,
+    Path((tenant, sha256)): Path<(String, String)>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Answer {
+    let uploaded = blocking(move || server.upload_plugin(&caller, &tenant, &sha256, &body))
+        .await?
+        .map_err(refusal)?;
+    Ok(ok(uploaded))
 }

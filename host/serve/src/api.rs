@@ -160,6 +160,18 @@ pub struct Swapped {
     pub restarted: bool,
 }
 
+/// `PUT /v1/tenants/{tenant}/plugins/{sha256}`: the plugin is kept, for
+/// pipeline files to name as `sha256:<digest>`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Uploaded {
+    pub sha256: String,
+    /// Its length in bytes.
+    pub size: u64,
+    /// False when the tenant had uploaded the same bytes already.
+    pub new: bool,
+}
+
 /// A list or map sent as null reads as empty, as a missing one does.
 fn empty_if_null<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
@@ -326,6 +338,14 @@ mod tests {
             }),
             json!({"sink": "lake", "sha256": "aa", "previous_sha256": null, "pause_ms": 1.5, "at": "0/10",
                    "restarted": false})
+        );
+        assert_eq!(
+            sent(&Uploaded {
+                sha256: "cd".into(),
+                size: 1234,
+                new: true,
+            }),
+            json!({"sha256": "cd", "size": 1234, "new": true})
         );
         assert_eq!(
             sent(&ApiError {

@@ -116,6 +116,11 @@ pub struct AdminConfig {
     /// before any of the body is read.
     #[serde(default = "default_max_plugin_mb")]
     pub max_plugin_mb: u64,
+    /// How long a plugin uploaded on its own (`PUT /v1/tenants/{t}/plugins/
+    /// {sha256}`) is kept while no pipeline file names it: the apply that
+    /// names it follows its upload, and must find it there.
+    #[serde(default = "default_upload_hold_ms")]
+    pub upload_hold_ms: u64,
     /// `/metrics` without a token (every tenant's series); by default it
     /// takes the operator's token (every series) or a tenant's (its own).
     #[serde(default)]
@@ -131,6 +136,7 @@ impl Default for AdminConfig {
             max_connections: default_max_connections(),
             max_connections_per_client: default_max_connections_per_client(),
             max_plugin_mb: default_max_plugin_mb(),
+            upload_hold_ms: default_upload_hold_ms(),
             open_metrics: false,
         }
     }
@@ -145,6 +151,9 @@ impl AdminConfig {
     }
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.idle_timeout_ms)
+    }
+    pub fn upload_hold(&self) -> Duration {
+        Duration::from_millis(self.upload_hold_ms)
     }
     pub fn max_plugin_bytes(&self) -> usize {
         usize::try_from(self.max_plugin_mb << 20).unwrap_or(usize::MAX)
@@ -239,6 +248,15 @@ fn default_max_connections_per_client() -> usize {
 fn default_max_plugin_mb() -> u64 {
     256
 }
+/// The longest hold: an upload never applied must give its bytes back
+/// some day (and a time that far ahead is still a time).
+const MOST_UPLOAD_HOLD_MS: u64 = 30 * 24 * 3_600_000;
+
+/// An hour: far longer than an upload takes to be followed by its apply,
+/// short enough that an upload never applied gives its bytes back.
+fn default_upload_hold_ms() -> u64 {
+    3_600_000
+}
 fn default_max_pipelines() -> usize {
     8
 }
@@ -331,6 +349,12 @@ impl HostConfig {
             return Err(format!(
                 "admin.max_plugin_mb: {} is outside 1..=4096",
                 admin.max_plugin_mb
+            ));
+        }
+        if admin.upload_hold_ms > MOST_UPLOAD_HOLD_MS {
+            return Err(format!(
+                "admin.upload_hold_ms: {} is over {MOST_UPLOAD_HOLD_MS} (30 days)",
+                admin.upload_hold_ms
             ));
         }
         if self.tenants.is_empty() {
@@ -459,6 +483,7 @@ mod tests {
         assert_eq!(host.admin.max_connections, 512);
         assert_eq!(host.admin.max_plugin_bytes(), 256 << 20);
         assert!(!host.admin.open_metrics);
+        assert_eq!(host.admin.upload_hold(), Duration::from_secs(3600));
         assert_eq!(host.restart.backoff(1), Duration::from_secs(1));
         assert_eq!(host.restart.backoff(3), Duration::from_secs(4));
         assert_eq!(host.restart.backoff(30), Duration::from_secs(60));
@@ -480,6 +505,12 @@ mod tests {
         assert!(dots.contains("tenants..."), "{dots}");
         let admin = parse(&format!("admin:\n  max_connections: 0\n{MINIMAL}")).unwrap_err();
         assert!(admin.contains("admin: max_connections"), "{admin}");
+        let forever = parse(&format!(
+            "admin:\n  upload_hold_ms: {}\n{MINIMAL}",
+            u64::MAX
+        ))
+        .unwrap_err();
+        assert!(forever.contains("admin.upload_hold_ms"), "{forever}");
         let grant = parse(&format!(
             "{MINIMAL}    grants:\n      http: [\"ftp://x\"]\n"
         ))

@@ -9,6 +9,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use weir_pipeline::config::PipelineConfig;
+use weir_pipeline::plugin_ref;
 use weir_source::Endpoint;
 
 use crate::tenant::{Tenant, made};
@@ -102,9 +103,11 @@ impl Tenant {
                 )));
             }
             sink.blob_store.url = root.display().to_string();
-            sink.plugin = self
-                .plugin_path(&sink.plugin)
-                .map_err(|e| invalid(format!("{field}.plugin: {e}")))?;
+            sink.plugin = match plugin_ref::uploaded(&sink.plugin) {
+                Some(sha256) => self.uploaded_plugin(&sink.name, sha256),
+                None => self.plugin_path(&sink.plugin),
+            }
+            .map_err(|e| invalid(format!("{field}.plugin: {e}")))?;
             // A sink's own bounds on what the host shares may not pass its
             // tenant's: the tenant's count would refuse the rest anyway,
             // but a file asking for more is said to be wrong where it is.
@@ -264,6 +267,32 @@ impl Tenant {
         Ok(root)
     }
 
+    /// The upload a sink names as `sha256:<digest>`: a plugin the tenant
+    /// uploaded with that digest (kept in its uploads by digest).
+    pub fn uploaded_plugin(&self, sink: &str, sha256: &str) -> Result<PathBuf, String> {
+        if !plugin_ref::is_digest(sha256) {
+            return Err(format!(
+                "sink `{sink}`: `{}{sha256}` is not a reference to an uploaded plugin: \
+                 `{}` takes a sha256 digest, 64 hex digits",
+                plugin_ref::PREFIX,
+                plugin_ref::PREFIX
+            ));
+        }
+        let sha256 = sha256.to_ascii_lowercase();
+        let path = self.uploads_dir().join(format!("{sha256}.wasm"));
+        if !path.is_file() {
+            return Err(format!(
+                "sink `{sink}` names the uploaded plugin {}, which tenant `{}` has not \
+                 uploaded; upload it with `weir ctl apply --plugin FILE` (or PUT \
+                 /v1/tenants/{}/plugins/{sha256})",
+                plugin_ref::reference(&sha256),
+                self.name,
+                self.name
+            ));
+        }
+        Ok(path)
+    }
+
     /// A plugin path, resolved inside the tenant's pipelines folder or its
     /// uploads.
     pub fn plugin_path(&self, path: &Path) -> Result<PathBuf, String> {
@@ -417,6 +446,56 @@ mod tests {
             Path::new("p.yaml"),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn an_uploaded_plugin_is_named_by_its_digest_and_only_the_tenants_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let b = Tenant::open(&host, "b").unwrap();
+        let digest = "0123456789abcdef".repeat(4);
+        std::fs::create_dir_all(a.uploads_dir()).unwrap();
+        std::fs::write(a.uploads_dir().join(format!("{digest}.wasm")), b"\0asm").unwrap();
+        let named = |reference: &str| {
+            pipeline("").replace("plugin: sink.wasm", &format!("plugin: {reference}"))
+        };
+        let config = a
+            .admit(
+                "p",
+                &named(&format!("sha256:{digest}")),
+                Path::new("p.yaml"),
+            )
+            .unwrap();
+        assert_eq!(
+            config.sinks[0].plugin,
+            a.uploads_dir().join(format!("{digest}.wasm"))
+        );
+        // Upper case names the same upload.
+        let upper = format!("sha256:{}", digest.to_ascii_uppercase());
+        a.admit("p", &named(&upper), Path::new("p.yaml")).unwrap();
+        // Tenant B has not uploaded it: A's upload is not B's.
+        let error = b
+            .admit(
+                "p",
+                &named(&format!("sha256:{digest}")),
+                Path::new("p.yaml"),
+            )
+            .unwrap_err();
+        assert!(
+            error.contains(&format!(
+                "sinks[0].plugin: sink `s` names the uploaded plugin sha256:{digest}, which \
+                 tenant `b` has not uploaded; upload it with `weir ctl apply --plugin FILE`"
+            )),
+            "{error}"
+        );
+        for bad in ["sha256:abc", "sha256:../../a/plugins/x"] {
+            let error = a.admit("p", &named(bad), Path::new("p.yaml")).unwrap_err();
+            assert!(
+                error.contains("is not a reference to an uploaded plugin"),
+                "{bad}: {error}"
+            );
+        }
     }
 
     fn postgres_pipeline(dsn: &str) -> String {

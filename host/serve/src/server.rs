@@ -4,22 +4,24 @@
 //! is checked against the tenant it is done for.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use super::api::{PipelineSummary, RejectedFile, Swapped};
+use super::api::{PipelineSummary, RejectedFile, Swapped, Uploaded};
 use super::host_file::HostConfig;
 use super::policy::Refusal;
 use super::supervisor::{Context, PluginVersion, Slot, State, SwapRecord};
 use super::tenant::{self, Tenant};
+use super::watch;
 use weir_metrics::Metrics;
 use weir_pipeline::SwapRequest;
 use weir_pipeline::control::RUN_ENDED;
+use weir_pipeline::plugin_ref;
 use weir_pipeline::setup::SinkFactory;
 use weir_runtime::{Plugin, plugin};
 
@@ -212,6 +214,24 @@ impl Server {
         origin: Origin,
     ) -> Result<bool, Refusal> {
         let tenant = self.tenant(caller, tenant_name)?;
+        let applied = self.define(&tenant, tenant_name, name, text, origin);
+        // The definition it replaced may have named uploads nothing else
+        // keeps; and an upload held for an apply may be past its hold.
+        self.prune_uploads(&tenant);
+        applied
+    }
+
+    fn define(
+        &self,
+        tenant: &Arc<Tenant>,
+        tenant_name: &str,
+        name: &str,
+        text: &str,
+        origin: Origin,
+    ) -> Result<bool, Refusal> {
+        // Held from admission until the file is written and its slot holds
+        // its plugins: an upload the file names is not pruned in between.
+        let _no_pruning = tenant.uploads();
         if origin == Origin::Api {
             // The name comes from the request's path: say so, before it
             // names a file.
@@ -296,6 +316,8 @@ impl Server {
             let _ = std::fs::remove_file(file);
         }
         tracing::info!(pipeline = %slot.id(), "deleted");
+        // Its file and its sinks no longer keep the uploads they named.
+        self.prune_uploads(&slot.tenant);
         Ok(())
     }
 
@@ -325,14 +347,14 @@ impl Server {
             ));
         }
         let tenant = slot.tenant.clone();
-        let path = self.keep_upload(&tenant, &sha256, wasm)?;
+        let (path, _) = self.keep_upload(&tenant, &sha256, wasm, Keep::UnderWay)?;
         let swapped = self.swap_to(&slot, sink, path, sha256.clone(), "swapped");
         {
-            let mut uploads = tenant.uploads();
-            if let Some(count) = uploads.get_mut(&sha256) {
+            let under_way = &mut tenant.uploads().under_way;
+            if let Some(count) = under_way.get_mut(&sha256) {
                 *count -= 1;
                 if *count == 0 {
-                    uploads.remove(&sha256);
+                    under_way.remove(&sha256);
                 }
             }
         }
@@ -342,9 +364,63 @@ impl Server {
         swapped
     }
 
+    /// Keeps a plugin uploaded on its own (`PUT /v1/tenants/{tenant}/
+    /// plugins/{sha256}`), for pipeline files to name as `sha256:<digest>`.
+    /// The body must have the digest its path names. Uploading the same
+    /// bytes again is no error: it holds them for longer. An upload no
+    /// pipeline file names is held for the host's `admin.upload_hold_ms`.
+    pub fn upload_plugin(
+        &self,
+        caller: &Caller,
+        tenant_name: &str,
+        named: &str,
+        wasm: &[u8],
+    ) -> Result<Uploaded, Refusal> {
+        let tenant = self.tenant(caller, tenant_name)?;
+        let route = format!("PUT /v1/tenants/{tenant_name}/plugins/{named}");
+        if !plugin_ref::is_digest(named) {
+            return Err(Refusal::Invalid(format!(
+                "{route}: `{named}` is not a sha256 digest (64 hex digits, as `weir plugin \
+                 inspect` prints)"
+            )));
+        }
+        let named = named.to_ascii_lowercase();
+        let sha256 = hex::encode(Sha256::digest(wasm));
+        if sha256 != named {
+            return Err(Refusal::Invalid(format!(
+                "{route}: the body's sha256 is {sha256}, not the {named} the path names (a \
+                 changed or truncated upload); nothing was kept"
+            )));
+        }
+        if !wasm.starts_with(WASM_MAGIC) {
+            return Err(Refusal::Invalid(format!(
+                "{route}: the body ({} bytes) is not WebAssembly (it does not start with \
+                 `\\0asm`); nothing was kept",
+                wasm.len()
+            )));
+        }
+        let until = SystemTime::now() + self.host.admin.upload_hold();
+        let (_, new) = self.keep_upload(&tenant, &sha256, wasm, Keep::HeldUntil(until))?;
+        tracing::info!(tenant = %tenant.name, %sha256, bytes = wasm.len(), new, "plugin uploaded");
+        // A good moment to give back what holds have run out on.
+        self.prune_uploads(&tenant);
+        Ok(Uploaded {
+            sha256,
+            size: wasm.len() as u64,
+            new,
+        })
+    }
+
     /// Writes an upload into the tenant's uploads, counted against its
-    /// storage quota, and notes it as under way (so pruning keeps it).
-    fn keep_upload(&self, tenant: &Tenant, sha256: &str, wasm: &[u8]) -> Result<PathBuf, Refusal> {
+    /// storage quota, and notes why pruning keeps it; true when it was not
+    /// kept already.
+    fn keep_upload(
+        &self,
+        tenant: &Tenant,
+        sha256: &str,
+        wasm: &[u8],
+        keep: Keep,
+    ) -> Result<(PathBuf, bool), Refusal> {
         let path = tenant.uploads_dir().join(format!("{sha256}.wasm"));
         let mut uploads = tenant.uploads();
         // The same digest already kept is the same bytes: nothing to add.
@@ -367,16 +443,44 @@ impl Server {
                 return Err(Refusal::Conflict(e));
             }
         }
-        *uploads.entry(sha256.to_string()).or_default() += 1;
-        Ok(path)
+        match keep {
+            Keep::UnderWay => *uploads.under_way.entry(sha256.to_string()).or_default() += 1,
+            Keep::HeldUntil(until) => {
+                if kept {
+                    // After a restart the hold is read back from the file's
+                    // last change (tenant.rs).
+                    let touched = std::fs::File::options()
+                        .write(true)
+                        .open(&path)
+                        .and_then(|file| file.set_modified(SystemTime::now()));
+                    if let Err(e) = touched {
+                        tracing::warn!(tenant = %tenant.name, %sha256, "cannot touch the upload again; after a restart its hold counts from its first upload: {e}");
+                    }
+                }
+                uploads.held_until.insert(sha256.to_string(), until);
+            }
+        }
+        Ok((path, !kept))
     }
 
     /// Removes the tenant's uploads that no sink runs or may roll back to,
-    /// and that no upload under way uses, giving their bytes back to its
-    /// quota. A pipeline whose file is in the watched folder but that is
-    /// not loaded now (its file refused, say) keeps the versions it saved.
+    /// that none of its pipeline files names (`sha256:<digest>`), that no
+    /// upload under way uses and that are not held for an apply, giving
+    /// their bytes back to its quota. A pipeline whose file is in the
+    /// watched folder but that is not loaded now (its file refused, say)
+    /// keeps the versions it saved. When a pipeline file cannot be read,
+    /// nothing is removed.
     pub fn prune_uploads(&self, tenant: &Tenant) {
-        let uploads = tenant.uploads();
+        let mut uploads = tenant.uploads();
+        let now = SystemTime::now();
+        uploads.held_until.retain(|_, until| *until > now);
+        let named = match uploads_named_by_files(&tenant.pipelines_dir) {
+            Ok(named) => named,
+            Err(e) => {
+                tracing::warn!(tenant = %tenant.name, "uploaded plugins are not pruned now: {e}");
+                return;
+            }
+        };
         let mut kept: Vec<PathBuf> = Vec::new();
         let mut keep = |version: &PluginVersion| {
             kept.push(version.path.clone());
@@ -423,13 +527,17 @@ impl Server {
             else {
                 continue;
             };
-            if kept.contains(&path) || uploads.contains_key(sha256) {
+            if kept.contains(&path)
+                || named.contains(sha256)
+                || uploads.under_way.contains_key(sha256)
+                || uploads.held_until.contains_key(sha256)
+            {
                 continue;
             }
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_file() && std::fs::remove_file(&path).is_ok() {
                 tenant.share.release_storage(meta.len());
-                tracing::info!(tenant = %tenant.name, %sha256, "uploaded plugin removed: no sink runs it or may roll back to it");
+                tracing::info!(tenant = %tenant.name, %sha256, "uploaded plugin removed: no sink runs it or may roll back to it, and no pipeline file names it");
             }
         }
     }
@@ -642,6 +750,50 @@ impl Server {
     }
 }
 
+/// What every WebAssembly binary starts with.
+const WASM_MAGIC: &[u8] = b"\0asm";
+
+/// Why an upload is kept while no sink runs it.
+enum Keep {
+    /// A swap to it is under way.
+    UnderWay,
+    /// It was uploaded on its own, for an apply to name.
+    HeldUntil(SystemTime),
+}
+
+/// The digests of the uploads the pipeline files in `folder` name as
+/// `sha256:<digest>`. The whole text is searched, comments too: a name
+/// that only looks like a reference keeps an upload longer, never
+/// shorter. An error when the folder or one of its files cannot be read.
+fn uploads_named_by_files(folder: &Path) -> Result<BTreeSet<String>, String> {
+    let mut named = BTreeSet::new();
+    let files = watch::pipeline_files(folder)
+        .map_err(|e| format!("cannot list {}: {e}", folder.display()))?;
+    for (file, _) in files {
+        let text = match watch::read_pipeline_file(&file) {
+            Ok(text) => text,
+            // Too large or not text: the host does not run it either.
+            Err(watch::Unread::Refused(_)) => continue,
+            Err(watch::Unread::Failed(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(watch::Unread::Failed(e)) => {
+                return Err(format!("cannot read {}: {e}", file.display()));
+            }
+        };
+        named.extend(uploads_named(&text));
+    }
+    Ok(named)
+}
+
+/// Every `sha256:<64 hex digits>` in `text`, the digest in lower case.
+fn uploads_named(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.match_indices(plugin_ref::PREFIX)
+        .filter_map(|(at, prefix)| {
+            let start = at + prefix.len();
+            let digest = text.get(start..start + 64)?;
+            plugin_ref::is_digest(digest).then(|| digest.to_ascii_lowercase())
+        })
+}
+
 /// Makes `version` the one `sink` runs from its pipeline's next start (the
 /// pipeline is not running now).
 fn take_at_next_start(
@@ -807,4 +959,23 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_uploads_a_file_names_are_every_full_reference_in_it() {
+        let one = "ab".repeat(32);
+        let two = "CD".repeat(32);
+        let text = format!(
+            "sinks:\n  - plugin: sha256:{one}\n    sha256: {one}\n  - plugin: \"sha256:{two}\" # \
+             sha256:{}\n  - plugin: sha256:{}\n",
+            "e".repeat(63),
+            "f".repeat(63)
+        );
+        let named: Vec<String> = uploads_named(&text).collect();
+        assert_eq!(named, [one, two.to_ascii_lowercase()]);
+    }
 }

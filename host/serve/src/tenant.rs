@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use weir_contract::grants::Grants;
@@ -28,9 +29,20 @@ pub struct Tenant {
     /// The servers its pipelines' sources may read (as TCP grants).
     pub sources: Grants,
     pub share: Arc<TenantShare>,
-    /// Uploads under way, by digest (with how many of each): pruning keeps
-    /// them. Held while an upload is written and while uploads are pruned.
-    uploads: Mutex<BTreeMap<String, usize>>,
+    /// What pruning must keep besides what runs and what files name. Held
+    /// while an upload is written and while uploads are pruned.
+    uploads: Mutex<Uploads>,
+}
+
+/// Uploads that pruning keeps though no sink runs them and no pipeline
+/// file names them (yet), by digest.
+#[derive(Debug, Default)]
+pub struct Uploads {
+    /// Swaps under way, with how many of each digest.
+    pub under_way: BTreeMap<String, usize>,
+    /// Plugins uploaded on their own, kept until then for the apply that
+    /// names them.
+    pub held_until: BTreeMap<String, SystemTime>,
 }
 
 impl Tenant {
@@ -79,6 +91,7 @@ impl Tenant {
             bounds,
             stored_now.saturating_add(uploaded_now),
         ));
+        let held_until = uploads_held_after_restart(&uploads, host.admin.upload_hold());
         Ok(Tenant {
             name: name.to_string(),
             token_digest: digest(&token),
@@ -89,7 +102,10 @@ impl Tenant {
             grants,
             sources,
             share,
-            uploads: Mutex::new(BTreeMap::new()),
+            uploads: Mutex::new(Uploads {
+                under_way: BTreeMap::new(),
+                held_until,
+            }),
         })
     }
 
@@ -102,10 +118,31 @@ impl Tenant {
         self.state_dir.join("plugins")
     }
 
-    /// The uploads under way; hold it while writing or pruning uploads.
-    pub fn uploads(&self) -> MutexGuard<'_, BTreeMap<String, usize>> {
+    /// The uploads pruning keeps; hold it while writing or pruning uploads.
+    pub fn uploads(&self) -> MutexGuard<'_, Uploads> {
         self.uploads.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Which plugin uploaded on its own was held when the host stopped is not
+/// recorded: after a restart every upload is held for `hold` from its
+/// file's last change (an upload of the same bytes again touches it), so
+/// one whose apply was still to come is still there for it.
+fn uploads_held_after_restart(folder: &Path, hold: Duration) -> BTreeMap<String, SystemTime> {
+    let mut held = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return held;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(sha256) = name.to_str().and_then(|n| n.strip_suffix(".wasm")) else {
+            continue;
+        };
+        if let Ok(changed) = entry.metadata().and_then(|m| m.modified()) {
+            held.insert(sha256.to_string(), changed + hold);
+        }
+    }
+    held
 }
 
 /// The SHA-256 of a token, as tokens are compared.

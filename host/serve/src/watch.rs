@@ -218,7 +218,7 @@ impl Watcher {
 
 /// The pipeline files in `folder`, with their pipelines' names; an error
 /// when the folder, or any entry of it, cannot be read.
-fn pipeline_files(folder: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
+pub(crate) fn pipeline_files(folder: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(folder)? {
         let path = entry?.path();
@@ -234,7 +234,7 @@ fn confirmed_absent(path: &Path) -> bool {
     matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
-enum Unread {
+pub(crate) enum Unread {
     /// Over the bound the API also holds to (refused, not read), or not text.
     Refused(String),
     Failed(std::io::Error),
@@ -243,7 +243,7 @@ enum Unread {
 /// A pipeline file's text, read only up to the API's bound: a larger file
 /// is refused from its length, and one that grows while read is not read
 /// past the bound.
-fn read_pipeline_file(path: &Path) -> Result<String, Unread> {
+pub(crate) fn read_pipeline_file(path: &Path) -> Result<String, Unread> {
     let too_large = |len: u64| {
         Unread::Refused(format!(
             "{}: the file is {len} bytes, over the {} KiB a pipeline file may hold",

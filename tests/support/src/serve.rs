@@ -384,31 +384,23 @@ impl ServeHostBuilder {
         std::fs::write(&host_path, text).expect("the host file is written");
 
         let log = dir.path().join("serve.log");
-        let out = File::create(&log).expect("the log file");
-        let err = out.try_clone().expect("the log file, twice");
-        let mut command = weir_command();
-        command
-            .arg("serve")
-            .arg(&host_path)
-            .current_dir(dir.path())
-            .env("WEIR_LOG", &self.log_filter)
-            .env(OPERATOR_TOKEN_ENV, &operator_token)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+        let mut env = vec![(OPERATOR_TOKEN_ENV.to_string(), operator_token.clone())];
         for tenant in &self.tenants {
-            command.env(tenant.token_env(), &tokens[&tenant.name]);
+            env.push((tenant.token_env(), tokens[&tenant.name].clone()));
         }
-        if let Some(descriptors) = self.max_open_files {
-            limit_open_files(&mut command, descriptors);
-        }
-        let child = command.spawn().expect("`weir serve` starts");
+        let launch = Launch {
+            log_filter: self.log_filter.clone(),
+            max_open_files: self.max_open_files,
+            env,
+        };
+        let child = launch.spawn(dir.path(), &log);
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST_TIMEOUT))
             .build()
             .into();
         let mut host = ServeHost {
+            launch,
             shared: self.shared.clone(),
             own_pipelines: self.own_pipelines,
             dir,
@@ -425,8 +417,46 @@ impl ServeHostBuilder {
     }
 }
 
+/// How `weir serve` is started on a host file, the first time and again.
+#[derive(Clone, Debug)]
+struct Launch {
+    log_filter: String,
+    max_open_files: Option<u64>,
+    /// The operator's and the tenants' tokens, by variable.
+    env: Vec<(String, String)>,
+}
+
+impl Launch {
+    /// Starts `weir serve` on `dir`'s host file, adding its output to `log`.
+    fn spawn(&self, dir: &Path, log: &Path) -> Child {
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("the log file");
+        let err = out.try_clone().expect("the log file, twice");
+        let mut command = weir_command();
+        command
+            .arg("serve")
+            .arg(dir.join("host.yaml"))
+            .current_dir(dir)
+            .env("WEIR_LOG", &self.log_filter)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        for (variable, value) in &self.env {
+            command.env(variable, value);
+        }
+        if let Some(descriptors) = self.max_open_files {
+            limit_open_files(&mut command, descriptors);
+        }
+        command.spawn().expect("`weir serve` starts")
+    }
+}
+
 /// A running `weir serve`, killed when dropped.
 pub struct ServeHost {
+    launch: Launch,
     dir: tempfile::TempDir,
     /// The folder the cluster's hosts share, if any.
     shared: Option<PathBuf>,
@@ -658,6 +688,55 @@ impl ServeHost {
             path += &format!("?sha256={digest}");
         }
         self.send("PUT", &path, Some(token), Some(wasm))
+    }
+
+    /// `PUT /v1/tenants/{tenant}/plugins/{sha256}` with `wasm` as the body:
+    /// a plugin kept for pipeline files to name as `sha256:<digest>`.
+    pub fn upload_plugin(&self, tenant: &str, sha256: &str, wasm: &[u8], token: &str) -> Reply {
+        let path = format!("/v1/tenants/{tenant}/plugins/{sha256}");
+        self.send("PUT", &path, Some(token), Some(wasm))
+    }
+
+    /// `<state_dir>/tenants/<tenant>/plugins`: the tenant's uploaded
+    /// plugins, each kept as `<sha256>.wasm`.
+    pub fn uploads_dir(&self, tenant: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("state")
+            .join("tenants")
+            .join(tenant)
+            .join("plugins")
+    }
+
+    /// `weir ctl ARGS` against this host with `token`; its output.
+    pub fn ctl(&self, args: &[&str], token: &str) -> std::process::Output {
+        weir_command()
+            .arg("ctl")
+            .args(args)
+            .env("WEIR_SERVER", self.base_url())
+            .env("WEIR_TOKEN", token)
+            .env("WEIR_LOG", "warn")
+            .output()
+            .expect("weir ctl runs")
+    }
+
+    /// Stops `weir serve` with SIGTERM (it must exit successfully within
+    /// its shutdown grace and 5 s more) and starts it again on the same
+    /// host file, folders, port and tokens; waits until `/health` answers.
+    pub fn restart(&mut self, shutdown_grace: Duration) {
+        self.sigterm();
+        let bound = shutdown_grace + Duration::from_secs(5);
+        let status = self
+            .wait_exit(bound)
+            .unwrap_or_else(|| panic!("`weir serve` still runs {bound:?} after SIGTERM"));
+        assert!(
+            status.success(),
+            "`weir serve` exited with {status} after SIGTERM\n{}",
+            self.log_tail(60)
+        );
+        self.child = self.launch.spawn(self.dir.path(), &self.log);
+        self.exited = None;
+        self.wait_until_healthy();
     }
 
     /// `POST .../sinks/{sink}/rollback`.

@@ -1,6 +1,7 @@
 //! `weir serve`: tenants and their bounds, the admin API and `weir ctl`,
-//! the watched folder, metrics, plugins swapped while pipelines run, the
-//! bounds a hostile client or tenant meets, and hosts sharing pipelines
+//! the watched folder, metrics, plugins swapped while pipelines run and
+//! uploaded for pipeline files to name, the bounds a hostile client or
+//! tenant meets, and hosts sharing pipelines
 //! through etcd (with the chaos run).
 
 #[path = "../common/mod.rs"]
@@ -17,3 +18,4 @@ mod ops;
 mod shared_resources;
 mod tenants;
 mod test_cluster;
+mod uploads;
