@@ -19,3 +19,16 @@ mod shared_resources;
 mod tenants;
 mod test_cluster;
 mod uploads;
+
+/// Every file in `folder`, hidden ones too, sorted (none when it is
+/// missing).
+fn files_in(folder: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(folder)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}

@@ -9,9 +9,10 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::files_in;
 use common::*;
 use serde_json::Value;
 
@@ -37,18 +38,6 @@ sinks:
     blob_store: {{ url: lake }}   # under the tenant's root
 "
     )
-}
-
-/// The names in `folder`, sorted (none when it is missing).
-fn files_in(folder: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(folder)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The file an upload of `wasm` is kept as.
