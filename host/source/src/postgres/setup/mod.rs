@@ -103,8 +103,13 @@ pub(super) fn start(cx: &mut Context, after: Option<&Position>) -> Result<Start,
         Some(p) => check_not_behind_the_slot(p, start.acked, &cx.config.slot)?,
     }
     // The catalog was read before now: every change committed from here
-    // on was written with the columns it listed.
-    if let Some(lsn) = current_wal_lsn(&mut cx.session)? {
+    // on was written with the columns it listed. A run that exits when
+    // caught up has just read the position.
+    let now = match start.catch_up_lsn {
+        Some(lsn) => Some(lsn),
+        None => current_wal_lsn(&mut cx.session)?,
+    };
+    if let Some(lsn) = now {
         for t in cx.tables.iter_mut() {
             t.columns_present_at(lsn);
         }
