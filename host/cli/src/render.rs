@@ -115,7 +115,7 @@ pub fn status(status: &Status, as_json: bool) {
         println!("sink `{}` ({role}, {guarantee}){error}", sink.sink);
         for t in &sink.tables {
             println!(
-                "  {:<24} {:>16}  from {:<5}  lag {}{}",
+                "  {:<24} {:>16}  from {:<5}  lag {}{}{}",
                 t.table,
                 t.position.as_deref().unwrap_or("-"),
                 t.source,
@@ -124,6 +124,9 @@ pub fn status(status: &Status, as_json: bool) {
                 t.store_position
                     .as_deref()
                     .map(|s| format!("  (store says {s})"))
+                    .unwrap_or_default(),
+                t.dead_letter_rows
+                    .map(|n| format!("  {n} row(s) set aside"))
                     .unwrap_or_default()
             );
         }

@@ -115,6 +115,7 @@ struct Families {
     rows_in: Family<TableLabels, Counter>,
     rows_out: Family<SinkTableLabels, Counter>,
     bytes_out: Family<SinkTableLabels, Counter>,
+    dead_letter_rows: Family<SinkTableLabels, Counter>,
     commit_duration: Family<TableLabels, Histogram>,
     sink_commit_duration: Family<SinkTableLabels, Histogram>,
     source_lag_bytes: Family<PipelineLabels, Gauge>,
@@ -141,6 +142,7 @@ impl Metrics {
             rows_in: Family::default(),
             rows_out: Family::default(),
             bytes_out: Family::default(),
+            dead_letter_rows: Family::default(),
             commit_duration: Family::new_with_constructor(commit_histogram),
             sink_commit_duration: Family::new_with_constructor(commit_histogram),
             source_lag_bytes: Family::default(),
@@ -173,6 +175,11 @@ impl Metrics {
             "weir_written_bytes",
             "Arrow IPC bytes handed to a sink in its writes, per table",
             f.bytes_out,
+        );
+        registry.register(
+            "weir_dead_letter_rows",
+            "Rows a sink refused that its dead-letter valve set aside instead of stopping the pipeline, per table",
+            f.dead_letter_rows,
         );
         registry.register(
             "weir_commit_duration_seconds",
@@ -452,6 +459,7 @@ impl PipelineMetrics {
                 };
                 f.rows_out.remove(&of);
                 f.bytes_out.remove(&of);
+                f.dead_letter_rows.remove(&of);
                 f.sink_commit_duration.remove(&of);
             }
             for outcome in SWAP_OUTCOMES {
@@ -498,6 +506,7 @@ impl PipelineMetrics {
         SinkMetrics {
             rows_out: f.rows_out.clone(),
             bytes_out: f.bytes_out.clone(),
+            dead_letter_rows: f.dead_letter_rows.clone(),
             commit_duration: f.sink_commit_duration.clone(),
             retries: f.sink_retries.get_or_create_owned(&labels),
             traps: f.sink_traps.get_or_create_owned(&labels),
@@ -522,6 +531,7 @@ pub struct SinkMetrics {
     labels: SinkLabels,
     rows_out: Family<SinkTableLabels, Counter>,
     bytes_out: Family<SinkTableLabels, Counter>,
+    dead_letter_rows: Family<SinkTableLabels, Counter>,
     commit_duration: Family<SinkTableLabels, Histogram>,
     retries: Counter,
     traps: Counter,
@@ -538,6 +548,15 @@ impl SinkMetrics {
         };
         self.rows_out.get_or_create(&labels).inc_by(rows);
         self.bytes_out.get_or_create(&labels).inc_by(bytes);
+    }
+    /// `rows` rows of `table` the sink refused were set aside in its
+    /// dead-letter location.
+    pub fn dead_lettered(&self, table: &str, rows: u64) {
+        let labels = SinkTableLabels {
+            of: self.labels.clone(),
+            table: Text::new(table),
+        };
+        self.dead_letter_rows.get_or_create(&labels).inc_by(rows);
     }
     /// The sink committed a batch of `table` in `seconds`.
     pub fn committed(&self, table: &str, seconds: f64) {
@@ -631,6 +650,8 @@ mod tests {
         orders.state("running");
         orders.restarted();
         lake.written("public.orders", 15, 2048);
+        lake.dead_lettered("public.orders", 2);
+        lake.dead_lettered("public.orders", 1);
         lake.committed("public.orders", 0.25);
         lake.retry();
         lake.retry();
@@ -648,6 +669,10 @@ mod tests {
         assert_eq!(
             value(&page, "weir_written_bytes_total", &[s[0], s[2], t]),
             2048.0
+        );
+        assert_eq!(
+            value(&page, "weir_dead_letter_rows_total", &[s[0], s[2], t]),
+            3.0
         );
         assert_eq!(
             value(&page, "weir_sink_commit_duration_seconds_count", &[s[2], t]),

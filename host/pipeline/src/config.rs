@@ -229,6 +229,38 @@ pub struct SinkConfig {
     /// How often a retryable error is retried before the sink counts as failed.
     #[serde(default = "default_retries")]
     pub retries: u32,
+    /// Off unless set: where rows the sink refuses as poison are set aside
+    /// so that the rest of their batch commits (docs/dead-letter.md).
+    #[serde(default)]
+    pub dead_letter: Option<DeadLetterConfig>,
+}
+
+/// `sinks[].dead_letter`: the valve for rows a sink refuses.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterConfig {
+    /// Where the refused rows are written: a folder, `memory://` or an
+    /// object store URL, as `blob_store.url` (under `weir serve`, a folder
+    /// in the tenant's root).
+    pub url: String,
+    /// Options for the object store, as `blob_store.options`.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+    /// The most rows of one batch that may be set aside; a batch with more
+    /// refused rows still stops the pipeline.
+    #[serde(default = "default_dead_letter_max_rows")]
+    pub max_rows: u64,
+    /// The largest share of one batch's rows that may be set aside, from 0
+    /// (exclusive) to 1; past it the batch still stops the pipeline.
+    #[serde(default = "default_dead_letter_max_share")]
+    pub max_share: f64,
+}
+
+fn default_dead_letter_max_rows() -> u64 {
+    100
+}
+fn default_dead_letter_max_share() -> f64 {
+    1.0
 }
 
 fn yes() -> bool {
@@ -236,6 +268,39 @@ fn yes() -> bool {
 }
 fn default_retries() -> u32 {
     5
+}
+
+impl DeadLetterConfig {
+    fn validate(&self, field: &str) -> Result<(), String> {
+        if self.url.trim().is_empty() {
+            return Err(format!("{field}.url: empty"));
+        }
+        if self.url.starts_with("memory:") {
+            return Err(format!(
+                "{field}.url: `{}` would lose the rows set aside when the host stops; name a \
+                 folder or an object store",
+                self.url
+            ));
+        }
+        if self.max_rows == 0 {
+            return Err(format!(
+                "{field}.max_rows: must be at least 1 (leave `dead_letter` out to stop on every refused row)"
+            ));
+        }
+        if !(self.max_share > 0.0 && self.max_share <= 1.0) {
+            return Err(format!(
+                "{field}.max_share: {} is outside (0, 1]",
+                self.max_share
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many of a batch's `rows` may be set aside.
+    pub fn allowed(&self, rows: usize) -> usize {
+        let by_share = (self.max_share * rows as f64).floor() as usize;
+        by_share.min(usize::try_from(self.max_rows).unwrap_or(usize::MAX))
+    }
 }
 
 /// `sinks[].grants`: outgoing network access, as patterns (see
@@ -597,6 +662,9 @@ impl PipelineConfig {
             if sink.blob_store.url.trim().is_empty() {
                 return Err(format!("sinks[{i}].blob_store.url: empty"));
             }
+            if let Some(valve) = &sink.dead_letter {
+                valve.validate(&format!("sinks[{i}].dead_letter"))?;
+            }
         }
         if self.batch.max_rows == 0 {
             return Err("batch.max_rows: must be at least 1".into());
@@ -838,5 +906,38 @@ sinks:
         );
         let config = parse(&granted, &[("PLUGINS", "/p")]).unwrap();
         assert_eq!(config.sinks[0].grants.parse().unwrap().tcp.len(), 1);
+    }
+    #[test]
+    fn a_dead_letter_valve_is_checked_where_it_is_written() {
+        let with = |valve: &str| {
+            GOOD.replace(
+                "    blob_store:",
+                &format!("    dead_letter: {valve}\n    blob_store:"),
+            )
+        };
+        let config = parse(&with("{ url: out/refused }"), &[("PLUGINS", "/p")]).unwrap();
+        let valve = config.sinks[0].dead_letter.as_ref().unwrap();
+        assert_eq!((valve.max_rows, valve.max_share), (100, 1.0));
+        for (valve, needle) in [
+            ("{ url: \"memory://\" }", "sinks[0].dead_letter.url"),
+            (
+                "{ url: out/refused, max_rows: 0 }",
+                "sinks[0].dead_letter.max_rows",
+            ),
+            (
+                "{ url: out/refused, max_share: 1.5 }",
+                "sinks[0].dead_letter.max_share",
+            ),
+            (
+                "{ url: out/refused, max_share: 0 }",
+                "sinks[0].dead_letter.max_share",
+            ),
+            ("{ url: out/refused, max_row: 3 }", "max_row"),
+        ] {
+            let err = parse(&with(valve), &[("PLUGINS", "/p")])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{valve}: {err}");
+        }
     }
 }

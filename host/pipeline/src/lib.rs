@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod control;
+pub mod dead_letter;
 pub mod failpoint;
 pub mod plugin_ref;
 mod report;

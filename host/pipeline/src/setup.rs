@@ -10,6 +10,7 @@ use weir_contract::{MetadataColumn, Mode};
 
 use super::{RunError, RunOptions};
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
+use crate::dead_letter::DeadLetter;
 use weir_core::commit::{SinkId, SinkSpec};
 use weir_metrics::PipelineMetrics;
 use weir_runtime::network::SinkNetwork;
@@ -69,6 +70,8 @@ pub struct Sinks {
     pub specs: Vec<SinkSpec>,
     /// Optional sinks that could not even start, with the reason.
     pub failed_to_start: BTreeMap<String, String>,
+    /// Each sink's dead-letter valve, where its `dead_letter` is set.
+    pub dead_letters: Vec<Option<DeadLetter>>,
 }
 
 impl Sinks {
@@ -151,6 +154,35 @@ impl<'a> SinkFactory<'a> {
     }
 }
 
+impl SinkFactory<'_> {
+    /// `sink`'s dead-letter valve, if its entry sets one.
+    pub fn dead_letter(
+        &self,
+        config: &PipelineConfig,
+        sink: &SinkConfig,
+    ) -> Result<Option<DeadLetter>, RunError> {
+        let Some(valve) = &sink.dead_letter else {
+            return Ok(None);
+        };
+        let options: Vec<(String, String)> = valve
+            .options
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let store = BlobScope::open(&valve.url, &options, &config.base_dir, self.io.clone())
+            .map_err(|e| RunError::Sink {
+                sink: sink.name.clone(),
+                detail: format!("dead_letter.url `{}`: {e}", valve.url),
+            })?;
+        Ok(Some(DeadLetter::new(
+            &config.pipeline,
+            &sink.name,
+            valve.clone(),
+            store,
+        )))
+    }
+}
+
 /// The blob-store root the pipeline file grants `sink`, with its limits.
 pub fn sink_blob_scope(
     config: &PipelineConfig,
@@ -211,8 +243,10 @@ pub fn start_sinks(config: &PipelineConfig, factory: &SinkFactory) -> Result<Sin
         workers: Vec::new(),
         specs: Vec::new(),
         failed_to_start: BTreeMap::new(),
+        dead_letters: Vec::new(),
     };
     for sink in &config.sinks {
+        sinks.dead_letters.push(factory.dead_letter(config, sink)?);
         let plugin = config.resolve(&sink.plugin);
         match factory.start(config, sink, &plugin, sink.sha256.as_deref()) {
             Ok(worker) => {
@@ -273,7 +307,10 @@ enum RootPlace {
 
 impl RootPlace {
     fn of(sink: &SinkConfig, base_dir: &Path) -> RootPlace {
-        let url = sink.blob_store.url.as_str();
+        RootPlace::of_url(&sink.blob_store.url, &sink.blob_store.options, base_dir)
+    }
+
+    fn of_url(url: &str, options: &BTreeMap<String, String>, base_dir: &Path) -> RootPlace {
         if url == "memory://" || url == "memory:" {
             return RootPlace::Memory;
         }
@@ -291,9 +328,7 @@ impl RootPlace {
         };
         // One endpoint may be spelled several ways (`aws_endpoint`,
         // `endpoint_url`, a trailing `/`, upper case): compared as parsed.
-        let mut endpoints: Vec<String> = sink
-            .blob_store
-            .options
+        let mut endpoints: Vec<String> = options
             .iter()
             .filter(|(key, _)| key.to_ascii_lowercase().contains("endpoint"))
             .map(|(_, value)| normal_endpoint(value))
@@ -429,6 +464,40 @@ fn check_roots(config: &PipelineConfig) -> Result<(), RunError> {
                     shown(place, sink),
                     other.name,
                     plugin.display()
+                )));
+            }
+        }
+    }
+    // The host writes a dead-letter location; no sink may reach it (it
+    // could rewrite the record of what it refused), and it must not mix
+    // with the host's state.
+    for (i, sink) in config.sinks.iter().enumerate() {
+        let Some(valve) = &sink.dead_letter else {
+            continue;
+        };
+        let place = RootPlace::of_url(&valve.url, &valve.options, &config.base_dir);
+        if place == RootPlace::Memory {
+            continue;
+        }
+        let shown_valve = match &place {
+            RootPlace::Local(path) => path.display().to_string(),
+            _ => valve.url.clone(),
+        };
+        if place.overlaps(&RootPlace::Local(state.clone())) {
+            return Err(RunError::Setup(format!(
+                "sinks[{i}].dead_letter.url: `{shown_valve}` overlaps the state_dir ({}); give \
+                 the dead-letter location a folder of its own",
+                state.display()
+            )));
+        }
+        for (other, other_place) in config.sinks.iter().zip(&places) {
+            if place.overlaps(other_place) {
+                return Err(RunError::Setup(format!(
+                    "sinks[{i}].dead_letter.url: `{shown_valve}` overlaps the root of sink `{}` \
+                     ({}), which could then rewrite what was set aside; give the dead-letter \
+                     location a folder outside every sink's root",
+                    other.name,
+                    shown(other_place, other)
                 )));
             }
         }

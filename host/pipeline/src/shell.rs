@@ -13,6 +13,7 @@ use weir_core::{
 
 use super::RunError;
 use super::setup::Sinks;
+use crate::dead_letter::{DeadLetter, ValveError};
 use crate::failpoint;
 use crate::store::{Entry, PositionStore};
 use weir_core::commit::{Core, Resume};
@@ -25,6 +26,8 @@ pub(super) struct Shell {
     pipeline: String,
     sinks: Vec<Option<SinkWorker>>,
     sink_names: Vec<String>,
+    /// Each sink's dead-letter valve, where one is set.
+    dead_letters: Vec<Option<DeadLetter>>,
     store: Box<dyn PositionStore>,
     descriptions: HashMap<String, Arc<TableDescription>>,
     /// The batch on offer, and its encodings by the position a sink already
@@ -53,6 +56,7 @@ impl Shell {
             pipeline: pipeline.to_string(),
             sink_names: sinks.specs.iter().map(|s| s.name.clone()).collect(),
             sinks: sinks.workers,
+            dead_letters: sinks.dead_letters,
             store,
             descriptions,
             batch: None,
@@ -168,6 +172,15 @@ impl Shell {
 
     /// The batch on offer as one sink should see it: only the changes after
     /// what it already has.
+    fn view(&self, after: &Option<Position>) -> TableBatch {
+        let batch = self.batch.as_ref().expect("a batch is on offer");
+        match after {
+            Some(a) if *a >= batch.low => batch.filter_after(a),
+            _ => batch.clone(),
+        }
+    }
+
+    /// [`Shell::view`] as Arrow IPC, with its header.
     fn encoded(
         &mut self,
         after: Option<Position>,
@@ -175,15 +188,8 @@ impl Shell {
         if let Some(hit) = self.encoded.get(&after) {
             return Ok(hit.clone());
         }
+        let view = &self.view(&after);
         let batch = self.batch.as_ref().expect("a batch is on offer");
-        let filtered;
-        let view = match &after {
-            Some(a) if *a >= batch.low => {
-                filtered = batch.filter_after(a);
-                &filtered
-            }
-            _ => batch,
-        };
         let ipc = weir_contract::ipc::encode(&view.records)
             .map_err(|e| RunError::Setup(format!("cannot encode a batch as Arrow IPC: {e}")))?;
         let header = BatchHeader {
@@ -196,6 +202,52 @@ impl Shell {
         let made = (Arc::new(ipc), header);
         self.encoded.insert(after, made.clone());
         Ok(made)
+    }
+}
+
+impl Shell {
+    /// A sink with a dead-letter valve refused the batch on offer as
+    /// poison: the valve sets aside the rows it refuses and stages the
+    /// rest. Still poison when more rows are refused than the valve allows.
+    fn set_aside(
+        &mut self,
+        sink: SinkId,
+        after: Option<Position>,
+        why: String,
+    ) -> Result<(), Failure> {
+        let view = self.view(&after);
+        let (_, header) = self.encoded(after).map_err(|e| Failure {
+            kind: FailureKind::Broken,
+            message: e.to_string(),
+        })?;
+        let valve = self.dead_letters[sink]
+            .as_ref()
+            .expect("only sinks with a valve are asked");
+        let worker = self.sinks[sink]
+            .as_ref()
+            .expect("the core only addresses sinks that started");
+        match valve.set_aside(worker, &header, &view, why.clone()) {
+            Ok(refused) => {
+                let table = &header.table.name;
+                self.sink_metrics[sink].dead_lettered(table, refused.len() as u64);
+                tracing::warn!(
+                    sink = %self.sink_names[sink], table = %table, batch = %header.id,
+                    rows = refused.len(), of = header.rows,
+                    "the sink refused rows of a batch; they were set aside in its dead-letter \
+                     location and the rest goes on: {why}"
+                );
+                Ok(())
+            }
+            Err(ValveError::Poison(message)) => Err(Failure {
+                kind: FailureKind::Poison,
+                message,
+            }),
+            Err(ValveError::Call(error)) => Err(failure_of(error)),
+            Err(ValveError::Store(message)) => Err(Failure {
+                kind: FailureKind::Broken,
+                message,
+            }),
+        }
     }
 }
 
@@ -232,7 +284,12 @@ impl Effects for Shell {
             self.store.may_commit(&self.pipeline)?;
         }
         let mut pending = Vec::with_capacity(calls.len());
+        let mut staging = Vec::with_capacity(calls.len());
         for call in calls {
+            staging.push(match &call {
+                SinkCall::Stage { sink, after, .. } => Some((*sink, after.clone())),
+                SinkCall::Commit { .. } => None,
+            });
             pending.push(match call {
                 SinkCall::Stage { sink, after, .. } => {
                     let (ipc, header) = self.encoded(after)?;
@@ -247,9 +304,18 @@ impl Effects for Shell {
             });
         }
         // Sent to every worker first, so different sinks work side by side.
-        Ok(pending
+        let answers: Vec<Result<(), CallError>> = pending.into_iter().map(|c| c.wait()).collect();
+        Ok(answers
             .into_iter()
-            .map(|call| call.wait().map_err(failure_of))
+            .zip(staging)
+            .map(|(answer, staged)| match (answer, staged) {
+                (Err(CallError::Sink(SinkError::Poison(why))), Some((sink, after)))
+                    if self.dead_letters[sink].is_some() =>
+                {
+                    self.set_aside(sink, after, why)
+                }
+                (answer, _) => answer.map_err(failure_of),
+            })
             .collect())
     }
 

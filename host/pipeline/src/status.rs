@@ -48,6 +48,9 @@ pub struct TableStatus {
     /// Source transactions between the committed position and the head,
     /// where the source can count them (the generator).
     pub lag_transactions: Option<u64>,
+    /// Rows the sink refused that its dead-letter valve set aside, counted
+    /// in the dead-letter location (unset without a valve).
+    pub dead_letter_rows: Option<u64>,
 }
 
 /// The pipeline's source, opened to be asked, not run (`weir status`,
@@ -203,6 +206,16 @@ pub fn status(config: &PipelineConfig, io: &tokio::runtime::Handle) -> Result<St
                     .then(|| from_store.as_ref().map(describe))
                     .flatten(),
                 lag_transactions: source.transactions_after(position.as_ref()),
+                dead_letter_rows: match started.as_ref().and_then(|s| s.dead_letters[i].as_ref()) {
+                    Some(valve) => match valve.count(&table.name) {
+                        Ok(rows) => Some(rows),
+                        Err(e) => {
+                            error = Some(e);
+                            None
+                        }
+                    },
+                    None => None,
+                },
             });
         }
         out.push(SinkStatus {

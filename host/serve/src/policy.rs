@@ -103,6 +103,18 @@ impl Tenant {
                 )));
             }
             sink.blob_store.url = root.display().to_string();
+            if let Some(valve) = &mut sink.dead_letter {
+                let root = self
+                    .sink_root(&pipeline_root, &valve.url)
+                    .map_err(|e| invalid(format!("{field}.dead_letter.url: {e}")))?;
+                if !valve.options.is_empty() {
+                    return Err(invalid(format!(
+                        "{field}.dead_letter.options: not allowed under weir serve (the \
+                         dead-letter location is a folder in the tenant's root)"
+                    )));
+                }
+                valve.url = root.display().to_string();
+            }
             sink.plugin = match plugin_ref::uploaded(&sink.plugin) {
                 Some(sha256) => self.uploaded_plugin(&sink.name, sha256),
                 None => self.plugin_path(&sink.plugin),

@@ -235,6 +235,15 @@ pub struct SinkBuilder {
     retries: Option<u32>,
     #[serde(skip_serializing_if = "Grants::is_empty")]
     grants: Grants,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_letter: Option<DeadLetter>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct DeadLetter {
+    url: String,
+    max_rows: u64,
+    max_share: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -316,7 +325,19 @@ impl SinkBuilder {
             limits: None,
             retries: None,
             grants: Grants::default(),
+            dead_letter: None,
         }
+    }
+
+    /// A dead-letter valve writing to `url`, setting aside at most
+    /// `max_rows` rows and `max_share` of one batch.
+    pub fn dead_letter(mut self, url: &str, max_rows: u64, max_share: f64) -> Self {
+        self.dead_letter = Some(DeadLetter {
+            url: url.into(),
+            max_rows,
+            max_share,
+        });
+        self
     }
 
     /// The blob store's root: a local directory.

@@ -7,6 +7,7 @@
 mod common;
 
 mod crash_recovery;
+mod dead_letter;
 mod redis;
 mod redis_crash;
 mod s3_blob_store;
