@@ -384,6 +384,39 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_letter_location_is_held_inside_its_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let config = a
+            .admit(
+                "p",
+                &pipeline("    dead_letter: { url: refused }\n"),
+                Path::new("p.yaml"),
+            )
+            .unwrap();
+        let valve = PathBuf::from(&config.sinks[0].dead_letter.as_ref().unwrap().url);
+        assert!(
+            valve.starts_with(&a.root) && valve.ends_with("p/refused"),
+            "{valve:?}"
+        );
+        for valve in [
+            "{ url: \"../../b/p\" }",
+            "{ url: \"s3://bucket/x\" }",
+            "{ url: refused, options: { aws_region: x } }",
+        ] {
+            let error = a
+                .admit(
+                    "p",
+                    &pipeline(&format!("    dead_letter: {valve}\n")),
+                    Path::new("p.yaml"),
+                )
+                .unwrap_err();
+            assert!(error.contains("sinks[0].dead_letter"), "{valve}: {error}");
+        }
+    }
+
+    #[test]
     fn escapes_from_the_tenant_are_refused_naming_the_key() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
