@@ -16,12 +16,17 @@
 
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
-use arrow_schema::Schema;
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, Time64MicrosecondType,
+    TimestampMicrosecondType,
+};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, TimeUnit};
 use weir_contract::{OP_COLUMN, POS_COLUMN};
 use weir_runtime::{BatchHeader, BlobScope, CallError, SinkError, SinkWorker};
 use weir_source::batch::TableBatch;
+use weir_source::change::{EXTENSION_NAME_KEY, UUID_EXTENSION};
 
 use crate::config::DeadLetterConfig;
 
@@ -255,37 +260,146 @@ fn encode(records: &RecordBatch) -> Result<Arc<Vec<u8>>, ValveError> {
         .map_err(|e| ValveError::Store(format!("cannot encode a batch as Arrow IPC: {e}")))
 }
 
-/// The row's columns (not the control columns) as a JSON object, written
-/// by arrow-json: numbers as numbers, decimals and times as text, binary
-/// as hex, nulls as null.
+/// The row's columns (not the control columns) as a JSON object: numbers
+/// as numbers, decimals, times and dates as text (ISO 8601, `Z` for a
+/// zoned timestamp), binary as hex, a uuid as its usual text, lists as
+/// arrays, nulls as null.
 fn row_as_json(records: &RecordBatch, row: usize) -> Result<serde_json::Value, ValveError> {
-    let keep: Vec<usize> = records
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.name() != OP_COLUMN && f.name() != POS_COLUMN)
-        .map(|(i, _)| i)
-        .collect();
-    let one = records
-        .project(&keep)
-        .map(|r| r.slice(row, 1))
-        .map_err(|e| ValveError::Store(format!("cannot pick the refused row: {e}")))?;
-    let one = RecordBatch::try_new(
-        Arc::new(Schema::new(one.schema().fields().clone())),
-        one.columns().to_vec(),
+    let schema = records.schema();
+    let mut object = serde_json::Map::new();
+    for (field, column) in schema.fields().iter().zip(records.columns()) {
+        if field.name() == OP_COLUMN || field.name() == POS_COLUMN {
+            continue;
+        }
+        let uuid =
+            field.metadata().get(EXTENSION_NAME_KEY).map(String::as_str) == Some(UUID_EXTENSION);
+        object.insert(field.name().clone(), cell(column.as_ref(), row, uuid)?);
+    }
+    Ok(serde_json::Value::Object(object))
+}
+
+/// One cell as JSON, by the array's type: the types the host's sources
+/// put in a batch. Any other is said to be unsupported rather than lost.
+fn cell(array: &dyn Array, row: usize, uuid: bool) -> Result<serde_json::Value, ValveError> {
+    use serde_json::Value as Json;
+    if array.is_null(row) {
+        return Ok(Json::Null);
+    }
+    Ok(match array.data_type() {
+        DataType::Boolean => Json::Bool(array.as_boolean().value(row)),
+        DataType::Int32 => Json::from(array.as_primitive::<Int32Type>().value(row)),
+        DataType::Int64 => Json::from(array.as_primitive::<Int64Type>().value(row)),
+        DataType::Float64 => {
+            let value = array.as_primitive::<Float64Type>().value(row);
+            serde_json::Number::from_f64(value)
+                .map(Json::Number)
+                // NaN and the infinities have no JSON number.
+                .unwrap_or_else(|| Json::String(value.to_string()))
+        }
+        DataType::Decimal128(_, scale) => Json::String(decimal_text(
+            array.as_primitive::<Decimal128Type>().value(row),
+            *scale,
+        )),
+        DataType::Utf8 => Json::String(array.as_string::<i32>().value(row).to_string()),
+        DataType::Binary => Json::String(hex(array.as_binary::<i32>().value(row))),
+        DataType::FixedSizeBinary(_) => {
+            let bytes = array.as_fixed_size_binary().value(row);
+            Json::String(if uuid && bytes.len() == 16 {
+                uuid_text(bytes)
+            } else {
+                hex(bytes)
+            })
+        }
+        DataType::Date32 => Json::String(date_text(
+            array.as_primitive::<Date32Type>().value(row) as i64
+        )),
+        DataType::Time64(TimeUnit::Microsecond) => Json::String(time_text(
+            array.as_primitive::<Time64MicrosecondType>().value(row),
+        )),
+        DataType::Timestamp(TimeUnit::Microsecond, zone) => {
+            let micros = array.as_primitive::<TimestampMicrosecondType>().value(row);
+            let (days, in_day) = (
+                micros.div_euclid(86_400_000_000),
+                micros.rem_euclid(86_400_000_000),
+            );
+            let zone = if zone.is_some() { "Z" } else { "" };
+            Json::String(format!("{}T{}{zone}", date_text(days), time_text(in_day)))
+        }
+        DataType::List(_) => {
+            let items = array.as_list::<i32>().value(row);
+            Json::Array(
+                (0..items.len())
+                    .map(|i| cell(items.as_ref(), i, false))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        other => {
+            return Err(ValveError::Store(format!(
+                "cannot write a column of type {other} in a dead-letter record"
+            )));
+        }
+    })
+}
+
+fn decimal_text(unscaled: i128, scale: i8) -> String {
+    if scale <= 0 {
+        let zeros = "0".repeat(scale.unsigned_abs() as usize);
+        return if unscaled == 0 {
+            "0".into()
+        } else {
+            format!("{unscaled}{zeros}")
+        };
+    }
+    let digits = unscaled.unsigned_abs().to_string();
+    let scale = scale as usize;
+    let digits = format!("{digits:0>width$}", width = scale + 1);
+    let (whole, fraction) = digits.split_at(digits.len() - scale);
+    let sign = if unscaled < 0 { "-" } else { "" };
+    format!("{sign}{whole}.{fraction}")
+}
+
+/// `YYYY-MM-DD` of a day counted from 1970-01-01, in the proleptic
+/// Gregorian calendar (the civil-from-days conversion over 400-year eras).
+fn date_text(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// `HH:MM:SS.ffffff` of microseconds since midnight.
+fn time_text(micros: i64) -> String {
+    let seconds = micros / 1_000_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        seconds / 3_600,
+        seconds / 60 % 60,
+        seconds % 60,
+        micros % 1_000_000
     )
-    .map_err(|e| ValveError::Store(format!("cannot pick the refused row: {e}")))?;
-    let mut writer = arrow_json::WriterBuilder::new()
-        .with_explicit_nulls(true)
-        .build::<_, arrow_json::writer::JsonArray>(Vec::new());
-    writer
-        .write(&one)
-        .and_then(|_| writer.finish())
-        .map_err(|e| ValveError::Store(format!("cannot write the refused row as JSON: {e}")))?;
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&writer.into_inner())
-        .map_err(|e| ValveError::Store(format!("cannot read back the refused row: {e}")))?;
-    Ok(rows.into_iter().next().unwrap_or(serde_json::Value::Null))
+}
+
+fn uuid_text(bytes: &[u8]) -> String {
+    let h = hex(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -296,7 +410,7 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use arrow_array::{BinaryArray, Int64Array, StringArray};
-    use arrow_schema::{DataType, Field};
+    use arrow_schema::{DataType, Field, Schema};
 
     fn batch(ids: &[i64]) -> RecordBatch {
         let schema = Schema::new(vec![
@@ -320,6 +434,24 @@ mod tests {
     fn a_row_is_written_as_json_without_the_control_columns() {
         let json = row_as_json(&batch(&[4, 5, 6]), 1).unwrap();
         assert_eq!(json, serde_json::json!({"id": 5}));
+    }
+
+    #[test]
+    fn values_are_written_as_their_usual_text() {
+        assert_eq!(decimal_text(12345, 2), "123.45");
+        assert_eq!(decimal_text(-5, 3), "-0.005");
+        assert_eq!(decimal_text(0, 2), "0.00");
+        assert_eq!(decimal_text(7, -2), "700");
+        assert_eq!(date_text(0), "1970-01-01");
+        assert_eq!(date_text(19_783), "2024-03-01");
+        assert_eq!(date_text(19_782), "2024-02-29");
+        assert_eq!(date_text(-1), "1969-12-31");
+        assert_eq!(date_text(-719_528), "0000-01-01");
+        assert_eq!(time_text(3_723_000_042), "01:02:03.000042");
+        assert_eq!(
+            uuid_text(&(0u8..16).collect::<Vec<_>>()),
+            "00010203-0405-0607-0809-0a0b0c0d0e0f"
+        );
     }
 
     #[test]
