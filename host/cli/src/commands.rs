@@ -122,15 +122,16 @@ pub enum PluginCommand {
         #[arg(long, default_value = ".weir/component-cache")]
         cache_dir: PathBuf,
     },
-    /// Write a new sink project into a new folder: a crate against the weir
-    /// SDK that builds on its own (a JSON Lines sink to make your own, with
-    /// native unit tests), a pipeline from the generator into it, a `weir
+    /// Write a new sink project into a new folder: a JSON Lines sink to
+    /// make your own, against the weir SDK, that builds on its own (in Rust
+    /// a crate with native unit tests; in Python or JavaScript a module and
+    /// its build script), a pipeline from the generator into it, a `weir
     /// plugin test` config and a README with the commands.
     New {
-        /// The sink's crate name (letters, digits, `-` and `_`), also its
-        /// pipeline's and sink's name.
+        /// The sink's name (letters, digits, `-` and `_`): its crate's or
+        /// module's, its pipeline's and its sink's.
         name: String,
-        /// The sink's language; only `rust` is written so far.
+        /// The sink's language.
         #[arg(long, value_enum, default_value_t = scaffold::Lang::Rust)]
         lang: scaffold::Lang,
         /// The project's folder, which must be missing or empty [default: ./NAME].

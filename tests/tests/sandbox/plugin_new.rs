@@ -16,6 +16,14 @@
 //! nothing instead of 200 (measured on two cores), which on a fresh clone
 //! is the difference between a minute and three of the test run. Later
 //! runs compile only the project.
+//!
+//! The Python and JavaScript projects are built by their own `build.sh`,
+//! which runs this tree's SDK build tools by absolute path (componentize-py
+//! from `.venv`, node with `sdk/js/node_modules`: scripts/setup installs
+//! both), and tested with `weir plugin test` only: the build and the
+//! component's compile (about 10 CPU-seconds each, per language, on an idle
+//! machine) are most of their cost, and `weir run` would add little the
+//! Rust project's run does not show.
 
 use crate::common;
 use crate::plugin_test::plugin_test_file;
@@ -111,6 +119,147 @@ fn a_new_sink_project_builds_runs_and_is_at_least_once() {
     step("plugin test");
     // Left behind by a failure, for a look; the next run starts afresh.
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// The Python and the JavaScript project, each written into a folder
+/// outside the repository and built as its README says, earn the same
+/// guarantee as the Rust one. The two run side by side: each build and
+/// each compile has long single-threaded stretches.
+#[test]
+fn new_python_and_js_sink_projects_build_and_are_at_least_once() {
+    let started = Instant::now();
+    let venv_tool = workspace().join(".venv/bin/componentize-py");
+    assert!(
+        venv_tool.exists(),
+        "{} is missing: run scripts/setup (it installs componentize-py into .venv)",
+        venv_tool.display()
+    );
+    let js_tools = workspace().join("sdk/js/node_modules/@bytecodealliance/componentize-js");
+    assert!(
+        js_tools.exists(),
+        "{} is missing: run scripts/setup (it runs npm ci in sdk/js)",
+        js_tools.display()
+    );
+    let folder = tempfile::Builder::new()
+        .prefix("weir-plugin-new-scripted-")
+        .tempdir()
+        .unwrap();
+    assert!(
+        !folder.path().starts_with(workspace()),
+        "{} is inside the repository: set TMPDIR elsewhere",
+        folder.path().display()
+    );
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = [("python", "src/scaffolded_sink.py"), ("js", "src/sink.js")]
+            .into_iter()
+            .map(|(lang, sink)| {
+                let project = folder.path().join(lang);
+                scope.spawn(move || new_build_and_test(lang, sink, &project, started))
+            })
+            .collect();
+        for run in runs {
+            if let Err(panic) = run.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
+/// `weir plugin new NAME --lang LANG` into `project`, its build, and `weir
+/// plugin test` of the component with the project's config.
+fn new_build_and_test(lang: &str, sink: &str, project: &Path, started: Instant) {
+    let step = |what: &str| eprintln!("{lang}: {what}: {:.1} s", started.elapsed().as_secs_f64());
+    let out = weir(
+        &[
+            "plugin",
+            "new",
+            NAME,
+            "--lang",
+            lang,
+            "--dir",
+            project.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    for needed in [
+        sink,
+        "build.sh",
+        "pipeline.yaml",
+        "plugin-test.yaml",
+        "./build.sh",
+        "weir run pipeline.yaml",
+    ] {
+        assert!(
+            said.contains(needed),
+            "`weir plugin new --lang {lang}` never says {needed:?}: {said}"
+        );
+    }
+    assert!(!said.contains("cargo"), "{said}");
+    step("written");
+
+    // The README's build command, run in the project's folder as it says.
+    let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+    let build_command = readme
+        .split("## Build\n")
+        .nth(1)
+        .and_then(|section| section.split("```sh\n").nth(1))
+        .and_then(|block| block.lines().next())
+        .unwrap_or_else(|| panic!("{lang}: the README has no build command:\n{readme}"));
+    assert_eq!(build_command, "./build.sh", "{lang}");
+    let out = Command::new(project.join("build.sh"))
+        .current_dir(project)
+        // Where scripts/build-plugins builds the Python SDK's socket stub
+        // tool: built there once, not again for this test.
+        .env(
+            "CARGO_TARGET_DIR",
+            plugin_target_dir().with_file_name("tools"),
+        )
+        .output()
+        .expect("build.sh runs");
+    assert!(
+        out.status.success(),
+        "{lang}: ./build.sh failed: {}",
+        text(&out)
+    );
+    let wasm = project.join("target/scaffolded_sink.wasm");
+    assert!(
+        wasm.is_file(),
+        "{lang}: no {}: {}",
+        wasm.display(),
+        text(&out)
+    );
+    for file in ["pipeline.yaml", "plugin-test.yaml"] {
+        let config = std::fs::read_to_string(project.join(file)).unwrap();
+        assert!(
+            config.contains("target/scaffolded_sink.wasm"),
+            "{lang}: {file} names another component:\n{config}"
+        );
+    }
+    step("built");
+
+    let report = plugin_test_file(&wasm, &project.join("plugin-test.yaml"), &[]);
+    report.check_shape(&wasm, false);
+    report.assert_earned("at-least-once", "at-least-once, idempotent by batch id");
+    forget_compiled(&wasm);
+    step("plugin test");
+}
+
+/// Removes the compiled `wasm` from the shared component cache. Neither
+/// componentize-py nor ComponentizeJS builds the same bytes twice, so no
+/// later run would use it: left there, every run would add tens of
+/// megabytes.
+fn forget_compiled(wasm: &Path) {
+    let prefix = sha256_hex(&std::fs::read(wasm).unwrap()) + "-";
+    let Ok(entries) = std::fs::read_dir(shared_component_cache()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// An empty folder outside the repository, the same one every run: the
