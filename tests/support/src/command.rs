@@ -111,6 +111,24 @@ pub fn text(output: &Output) -> String {
     )
 }
 
+/// `weir run PIPELINE` with the failpoint `spec` (`after-sink-commit@9`),
+/// which must kill it (SIGKILL): a run the failpoint did not end is
+/// INCONCLUSIVE, never a pass, since the crash never landed.
+pub fn run_killed_at(pipeline: &Path, spec: &str) -> Output {
+    use std::os::unix::process::ExitStatusExt;
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[("WEIR_FAILPOINT", spec)],
+    );
+    if out.status.signal() != Some(9) {
+        panic!(
+            "INCONCLUSIVE: the failpoint {spec} did not kill the run: {}",
+            text(&out)
+        );
+    }
+    out
+}
+
 /// `weir status --json`, parsed.
 pub fn status(pipeline: &Path) -> serde_json::Value {
     let out = weir(&["status", pipeline.to_str().unwrap(), "--json"], &[]);

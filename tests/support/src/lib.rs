@@ -44,8 +44,8 @@ pub use self::redis::RedisServer;
 pub use self::redis::{RedisContent, RedisView, StoredRow};
 pub use batches::BatchBuilder;
 pub use command::{
-    plugin, plugin_target_dir, positions_of, shared_component_cache, sink_progress, status, text,
-    weir, weir_bin, weir_command, workspace,
+    plugin, plugin_target_dir, positions_of, run_killed_at, shared_component_cache, sink_progress,
+    status, text, weir, weir_bin, weir_command, workspace,
 };
 #[cfg(feature = "host")]
 pub use expect::{

@@ -17,7 +17,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    KillSchedule, TableMode, depth, expected_state, status, tables, text, weir, weir_command,
+    KillSchedule, TableMode, depth, expected_state, run_killed_at, status, tables, text, weir,
+    weir_command,
 };
 use iceberg_support::*;
 
@@ -223,16 +224,7 @@ fn losing_the_host_store_keeps_iceberg_tables_exact() {
         .heartbeat_ms(500)
         .metadata("pos", "change_pos")
         .write_in(dir.path());
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[("WEIR_FAILPOINT", "after-store-write@12")],
-    );
-    if out.status.signal() != Some(9) {
-        panic!(
-            "INCONCLUSIVE: the failpoint did not kill the run: {}",
-            text(&out)
-        );
-    }
+    run_killed_at(&pipeline, "after-store-write@12");
     assert_exact(&lake, "lost", seed, changes, false, "after the kill");
     let before = committed(&lake, "lost");
     assert!(

@@ -99,17 +99,7 @@ fn a_kill_between_the_sink_commit_and_the_store_write_replays_only_into_the_plai
 
     // Both sinks commit in the same wave, so after the 9th acknowledged
     // commit both hold data the store has not recorded.
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[("WEIR_FAILPOINT", "after-sink-commit@9")],
-    );
-    use std::os::unix::process::ExitStatusExt;
-    if out.status.signal() != Some(9) {
-        panic!(
-            "INCONCLUSIVE: the failpoint did not kill the run: {}",
-            text(&out)
-        );
-    }
+    run_killed_at(&pipeline, "after-sink-commit@9");
     // Proof the kill landed between the sinks' commit and the store write:
     // the positioned sink reports a position the store never recorded.
     let status = status(&pipeline);
@@ -148,17 +138,7 @@ fn losing_the_position_store_keeps_the_positioned_sink_exact_and_shows_replays_i
         .sink(sink("lake", "weir-parquet-sink", dir.path()));
     let pipeline = workload.write_in(dir.path());
 
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[("WEIR_FAILPOINT", "after-store-write@20")],
-    );
-    use std::os::unix::process::ExitStatusExt;
-    if out.status.signal() != Some(9) {
-        panic!(
-            "INCONCLUSIVE: the failpoint did not kill the run: {}",
-            text(&out)
-        );
-    }
+    run_killed_at(&pipeline, "after-store-write@20");
     std::fs::remove_file(dir.path().join("state/positions.redb")).unwrap();
     let workload = workload.max_rows(91);
     workload.write(&pipeline);

@@ -104,17 +104,7 @@ fn refused_rows_are_set_aside_and_every_change_is_in_the_sink_or_set_aside_once(
 
     // Killed after rows were set aside and before the sink committed them:
     // the replay writes the same records again, never a second copy.
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[("WEIR_FAILPOINT", "before-sink-commit@6")],
-    );
-    use std::os::unix::process::ExitStatusExt;
-    if out.status.signal() != Some(9) {
-        panic!(
-            "INCONCLUSIVE: the failpoint did not kill the run: {}",
-            text(&out)
-        );
-    }
+    run_killed_at(&pipeline, "before-sink-commit@6");
     let before_restart: usize = shop_tables()
         .iter()
         .map(|t| set_aside(dir.path(), t).len())

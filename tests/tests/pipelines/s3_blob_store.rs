@@ -9,7 +9,6 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -223,16 +222,7 @@ fn a_kill_between_the_sink_commit_and_the_store_write_on_s3_replays_only_into_th
     let sized = |max_rows| workload(seed, changes, max_rows).linger_ms(600_000);
     let pipeline = write_pipeline(sized(200), both_sinks(&moto), dir.path());
 
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[("WEIR_FAILPOINT", "after-sink-commit@9")],
-    );
-    if out.status.signal() != Some(9) {
-        panic!(
-            "INCONCLUSIVE: the failpoint did not kill the run: {}",
-            text(&out)
-        );
-    }
+    run_killed_at(&pipeline, "after-sink-commit@9");
     let status = status(&pipeline);
     let (exact_at, lake_at) = (
         positions_of(&status, "exact"),

@@ -148,7 +148,6 @@ fn webhook(dir: &Path, port: u16) -> SinkBuilder {
 
 #[test]
 fn every_change_arrives_and_a_replayed_batch_is_the_same_request() {
-    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let (port, log) = receiver();
     let pipeline = workload(SEED, CHANGES, 100)
@@ -157,16 +156,7 @@ fn every_change_arrives_and_a_replayed_batch_is_the_same_request() {
 
     // Killed after the sink's 6th commit returned and before the host
     // recorded it: the next run replays what that commit delivered.
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[("WEIR_FAILPOINT", "after-sink-commit@6")],
-    );
-    if out.status.signal() != Some(9) {
-        panic!(
-            "INCONCLUSIVE: the failpoint did not kill the run: {}",
-            text(&out)
-        );
-    }
+    run_killed_at(&pipeline, "after-sink-commit@6");
     let delivered_before_kill = log.lock().unwrap().len();
     assert!(
         delivered_before_kill > 0,
