@@ -311,6 +311,86 @@ fn upsert_tables_through_a_rest_catalog_with_data_on_s3_are_exact() {
     assert_tables_exact(&catalog, "rests3");
 }
 
+/// Partitioned upsert tables (bucket and identity transforms on their
+/// keys, compaction at commit boundaries) through the REST catalog with
+/// their data on S3: exact in pyiceberg and DuckDB read through the
+/// catalog, each table's files spread over more than one partition as
+/// pyiceberg lists them, and position deletes written along the way.
+#[test]
+fn partitioned_upsert_tables_through_a_rest_catalog_with_data_on_s3_are_exact() {
+    let moto = MotoServer::start();
+    moto.create_bucket("weir-rest-parts");
+    let warehouse = "s3://weir-rest-parts/lake";
+    let catalog = IcebergRestServer::builder()
+        .token("weir-static-token")
+        .s3(&moto, warehouse)
+        .start();
+    let specs = [
+        ("partition.lake.customers", "bucket(4, id)"),
+        ("partition.lake.orders", "bucket(2, id)"),
+        (
+            "partition.lake.order_items",
+            "bucket(3, order_id), identity(line)",
+        ),
+    ];
+    let mut extra = specs.to_vec();
+    extra.push(("compact_min_files", "4"));
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = rest_pipeline(
+        "restparts",
+        &catalog,
+        warehouse,
+        BlobRoot::Url(warehouse.to_string()),
+        &extra,
+    );
+    let mut json: serde_json::Value = serde_json::from_str(&pipeline.text()).unwrap();
+    json["sinks"][0]["blob_store"]["options"] =
+        serde_json::to_value(moto.blob_store_options()).unwrap();
+    let file = dir.path().join("restparts.yaml");
+    std::fs::write(&file, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    let out = weir(&["run", file.to_str().unwrap()], &[]);
+    assert!(
+        out.status.success(),
+        "weir run failed: {}\ncatalog log:\n{}",
+        text(&out),
+        catalog.log_text()
+    );
+    assert_tables_exact(&catalog, "restparts");
+    // Per table: its spec's field count, the partitions pyiceberg lists,
+    // and the position deletes its snapshots added.
+    let shapes = catalog.pyiceberg(
+        "for name in ['customers', 'orders', 'order_items']:\n\
+         \x20   t = catalog.load_table('lake.' + name)\n\
+         \x20   deletes = sum(int(s.summary.additional_properties.get('added-position-deletes', '0')) \
+         for s in t.snapshots())\n\
+         \x20   print(name, len(t.spec().fields), t.inspect.partitions().num_rows, deletes)\n",
+    );
+    let mut position_deletes = 0;
+    for (key, spec) in specs {
+        let table = key.rsplit('.').next().unwrap();
+        let line = shapes
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(table))
+            .unwrap_or_else(|| panic!("pyiceberg said nothing of {table}: {shapes}"));
+        let numbers: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(
+            numbers[0],
+            spec.split("),").count() as u64,
+            "{table}: the spec `{spec}` is not the table's: {line}"
+        );
+        assert!(numbers[1] > 1, "{table}: one partition only: {line}");
+        position_deletes += numbers[2];
+    }
+    assert!(
+        position_deletes > 0,
+        "no position delete was written: {shapes}"
+    );
+}
+
 /// A catalog that keeps tables outside the sink's blob store: refused at
 /// the first table, naming both places, and nothing left in the catalog.
 #[test]
