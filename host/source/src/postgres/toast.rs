@@ -49,6 +49,10 @@ pub(super) fn fill_unchanged(
             let rows = session.rows("reading unchanged TOAST values", &sql)?;
             found.extend(by_change(rows, table)?);
         }
+        tracing::debug!(
+            table = %table.schema.name, changes = changes.len(),
+            "read unchanged TOAST values by key"
+        );
         fill_from(table, open, &changes, &found)?;
     }
     Ok(())
