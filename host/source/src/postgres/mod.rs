@@ -115,8 +115,9 @@ impl PostgresSource {
         )?;
         let schema_file = SchemaFile::new(&state_dir, &config.slot);
         let recorded = schema_file.read();
-        let tables = setup::load_tables(&mut session, &config, &append_tables, &recorded)?;
+        let mut tables = setup::load_tables(&mut session, &config, &append_tables, &recorded)?;
         schema_file.check(&recorded, &tables)?;
+        schema_file.carry_present_since(&recorded, &mut tables);
         let reader = ReaderThread::start(reader::paces(session.dsn()))?;
         Ok(PostgresSource {
             backfill: None,

@@ -82,6 +82,14 @@ pub(super) struct RecordedTable {
     /// See [`Table::departed`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) departed: Option<String>,
+    /// Per column of `columns`: the WAL position after which every change
+    /// of the table was written with it ([`Table::present_since`]). A later
+    /// run streams from the slot's confirmed position, before its own
+    /// start: without these it would know its columns present only from
+    /// that start, and take a change Postgres decoded without one (with a
+    /// catalog older than the change) for WAL from before an ADD COLUMN.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) present_since: Vec<u64>,
 }
 
 /// A table's entry in the file: an older weir kept only the columns.
@@ -125,6 +133,7 @@ impl RecordedTable {
                 .map(|p| (p.oid, p.qualified.clone()))
                 .collect(),
             departed: table.departed.map(format_lsn),
+            present_since: table.present_since.clone(),
         }
     }
 
@@ -258,6 +267,23 @@ impl SchemaFile {
         Ok(())
     }
 
+    /// Carries the last run's [`RecordedTable::present_since`] over to the
+    /// same columns now ([`SchemaFile::check`] has made sure the columns
+    /// it recorded are still the table's first ones, in order, same type).
+    pub fn carry_present_since(&self, recorded: &Recorded, tables: &mut Tables) {
+        for table in tables.iter_mut() {
+            let Some(before) = recorded.tables.get(&table.schema.name) else {
+                continue;
+            };
+            let now = table.shape();
+            for (i, since) in before.present_since.iter().enumerate() {
+                if before.columns.get(i) == now.get(i) {
+                    table.present_since[i] = table.present_since[i].min(*since);
+                }
+            }
+        }
+    }
+
     /// Best effort: a file that cannot be written only costs the checks of
     /// the next run.
     pub fn save(&self, tables: &Tables) {
@@ -313,5 +339,37 @@ mod tests {
         // Under its own name, or another OID: not a rename.
         assert_eq!(now.renamed(41, "public.t"), None);
         assert_eq!(now.renamed(42, "public.t2"), None);
+    }
+
+    #[test]
+    fn a_later_run_knows_its_columns_present_from_where_the_last_run_knew_them() {
+        use crate::postgres::decode::PgKind;
+        use crate::postgres::decoder::tests::{column, table_of};
+        let dir = tempfile::tempdir().unwrap();
+        let file = SchemaFile::new(dir.path(), "weir");
+        let two = || {
+            vec![
+                column("id", PgKind::Int64, "bigint"),
+                column("title", PgKind::Text, "text"),
+            ]
+        };
+        let mut first = Tables::default();
+        first.push(table_of("public.docs", two(), vec![0]));
+        first.iter_mut().next().unwrap().columns_present_at(100);
+        file.save(&first);
+
+        // The next run reads a third column the last one never saw.
+        let mut three = two();
+        three.push(column("body", PgKind::Text, "text"));
+        let mut next = Tables::default();
+        next.push(table_of("public.docs", three, vec![0]));
+        let recorded = file.read();
+        file.check(&recorded, &next).unwrap();
+        file.carry_present_since(&recorded, &mut next);
+        let table = next.iter_mut().next().unwrap();
+        assert_eq!(table.present_since, vec![100, 100, u64::MAX]);
+        // Its own start, later, leaves the earlier positions alone.
+        table.columns_present_at(500);
+        assert_eq!(table.present_since, vec![100, 100, 500]);
     }
 }
