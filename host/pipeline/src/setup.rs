@@ -164,16 +164,12 @@ impl SinkFactory<'_> {
         let Some(valve) = &sink.dead_letter else {
             return Ok(None);
         };
-        let options: Vec<(String, String)> = valve
-            .options
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let store = BlobScope::open(&valve.url, &options, &config.base_dir, self.io.clone())
-            .map_err(|e| RunError::Sink {
+        let store = open_scope(&valve.url, &valve.options, config, &self.io).map_err(|e| {
+            RunError::Sink {
                 sink: sink.name.clone(),
                 detail: format!("dead_letter.url `{}`: {e}", valve.url),
-            })?;
+            }
+        })?;
         Ok(Some(DeadLetter::new(
             &config.pipeline,
             &sink.name,
@@ -189,16 +185,25 @@ pub fn sink_blob_scope(
     sink: &SinkConfig,
     io: &tokio::runtime::Handle,
 ) -> Result<BlobScope, String> {
-    let options: Vec<(String, String)> = sink
-        .blob_store
-        .options
+    let url = &sink.blob_store.url;
+    Ok(open_scope(url, &sink.blob_store.options, config, io)
+        .map_err(|e| e.to_string())?
+        .with_limits(sink.limits.blob_limits(&sink.name, url)))
+}
+
+/// A blob-store root at `url` with its object-store `options`, relative
+/// paths taken from the pipeline file's folder.
+fn open_scope(
+    url: &str,
+    options: &BTreeMap<String, String>,
+    config: &PipelineConfig,
+    io: &tokio::runtime::Handle,
+) -> Result<BlobScope, weir_runtime::capability::blobstore::ScopeError> {
+    let options: Vec<(String, String)> = options
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let url = &sink.blob_store.url;
-    Ok(BlobScope::open(url, &options, &config.base_dir, io.clone())
-        .map_err(|e| e.to_string())?
-        .with_limits(sink.limits.blob_limits(&sink.name, url)))
+    BlobScope::open(url, &options, &config.base_dir, io.clone())
 }
 
 /// What a sink's worker is started with besides its pipeline-file entry;
