@@ -14,6 +14,7 @@ use weir_runtime::capability::blobstore::BlobLimits;
 use weir_runtime::capability::log::LogLimits;
 use weir_runtime::engine::CompileLimits;
 use weir_runtime::network::NetworkLimits;
+use weir_source::mysql::MysqlConfig;
 use weir_source::postgres::PostgresConfig;
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +69,8 @@ pub enum SourceConfig {
     Generator(GeneratorSourceConfig),
     /// A PostgreSQL database, through logical replication (pgoutput).
     Postgres(PostgresConfig),
+    /// A MySQL or MariaDB server, through its binlog.
+    Mysql(MysqlConfig),
 }
 
 impl SourceConfig {
@@ -76,6 +79,7 @@ impl SourceConfig {
         match self {
             SourceConfig::Generator(_) => Ok(Vec::new()),
             SourceConfig::Postgres(pg) => pg.endpoints(),
+            SourceConfig::Mysql(my) => my.endpoints(),
         }
     }
 
@@ -84,6 +88,7 @@ impl SourceConfig {
         match self {
             SourceConfig::Generator(_) => "generator",
             SourceConfig::Postgres(_) => "postgres",
+            SourceConfig::Mysql(_) => "mysql",
         }
     }
 
@@ -91,7 +96,7 @@ impl SourceConfig {
     pub fn pace(&self) -> Duration {
         match self {
             SourceConfig::Generator(g) => Duration::from_micros(g.pace_us),
-            SourceConfig::Postgres(_) => Duration::ZERO,
+            SourceConfig::Postgres(_) | SourceConfig::Mysql(_) => Duration::ZERO,
         }
     }
 }
@@ -630,8 +635,12 @@ impl PipelineConfig {
 
     fn validate(&self) -> Result<(), String> {
         check_name("pipeline", &self.pipeline)?;
-        if let SourceConfig::Postgres(pg) = &self.source {
-            pg.validate().map_err(|e| format!("source.postgres.{e}"))?;
+        match &self.source {
+            SourceConfig::Postgres(pg) => {
+                pg.validate().map_err(|e| format!("source.postgres.{e}"))?;
+            }
+            SourceConfig::Mysql(my) => my.validate().map_err(|e| format!("source.mysql.{e}"))?,
+            SourceConfig::Generator(_) => {}
         }
         if self.sinks.is_empty() {
             return Err("sinks: at least one sink is needed".into());

@@ -21,6 +21,7 @@ use weir_source::Source;
 use weir_source::batch::{BatchLimits, Batcher};
 use weir_source::change::TableSchema;
 use weir_source::generator::{Generator, GeneratorConfig};
+use weir_source::mysql::{MysqlSettings, MysqlSource};
 use weir_source::postgres::{PieceLimits, PostgresSettings, PostgresSource};
 
 /// Builds the configured source. `stop` is the run's stop flag: a source
@@ -35,12 +36,7 @@ pub fn make_source(
         SourceConfig::Postgres(pg) => {
             let settings = PostgresSettings {
                 config: pg.clone(),
-                append_tables: config
-                    .tables
-                    .iter()
-                    .filter(|(_, table)| table.mode == Mode::Append)
-                    .map(|(name, _)| name.clone())
-                    .collect(),
+                append_tables: append_tables(config),
                 state_dir: config.state_dir(),
                 io: io.clone(),
                 take_over_slot: options.take_over_source,
@@ -56,11 +52,37 @@ pub fn make_source(
                 PostgresSource::open(settings)?.with_piece_limits(pieces),
             ))
         }
+        SourceConfig::Mysql(my) => {
+            let settings = MysqlSettings {
+                config: my.clone(),
+                append_tables: append_tables(config),
+                state_dir: config.state_dir(),
+                io: io.clone(),
+                stop,
+            };
+            let pieces = PieceLimits {
+                changes: config.batch.max_rows,
+                bytes: config.batch.max_bytes,
+            };
+            Ok(Box::new(
+                MysqlSource::open(settings)?.with_piece_limits(pieces),
+            ))
+        }
         SourceConfig::Generator(g) => Ok(Box::new(Generator::new(GeneratorConfig {
             seed: g.seed,
             max_changes: options.max_changes.or(g.max_changes),
         }))),
     }
+}
+
+/// The tables the pipeline writes in append mode.
+fn append_tables(config: &PipelineConfig) -> std::collections::BTreeSet<String> {
+    config
+        .tables
+        .iter()
+        .filter(|(_, table)| table.mode == Mode::Append)
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// The loaded sinks of a pipeline, in config order.

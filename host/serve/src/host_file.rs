@@ -210,6 +210,8 @@ pub struct TenantConfig {
 pub struct SourceGrantsConfig {
     #[serde(default)]
     pub postgres: Vec<String>,
+    #[serde(default)]
+    pub mysql: Vec<String>,
 }
 
 fn default_watch_interval_ms() -> u64 {

@@ -170,9 +170,12 @@ impl Tenant {
                     ));
                 }
             };
+            let Some(sources) = self.sources.of(kind) else {
+                return Err(format!("a {kind} source connects to no server"));
+            };
             let allowed = match name.parse::<std::net::IpAddr>() {
-                Ok(ip) => self.sources.allows_ip(ip, port).is_some(),
-                Err(_) => self.sources.allows_tcp_name(&name, port).is_some(),
+                Ok(ip) => sources.allows_ip(ip, port).is_some(),
+                Err(_) => sources.allows_tcp_name(&name, port).is_some(),
             };
             if !allowed {
                 return Err(format!(

@@ -26,12 +26,32 @@ pub struct Tenant {
     /// `<state_dir>/tenants/<tenant>`: its positions, epochs and uploads.
     pub state_dir: PathBuf,
     pub grants: Grants,
-    /// The servers its pipelines' sources may read (as TCP grants).
-    pub sources: Grants,
+    /// The servers its pipelines' sources may read (as TCP grants), by
+    /// the kind of source.
+    pub sources: SourceGrants,
     pub share: Arc<TenantShare>,
     /// What pruning must keep besides what runs and what files name. Held
     /// while an upload is written and while uploads are pruned.
     uploads: Mutex<Uploads>,
+}
+
+/// The servers a tenant's sources may read, per kind of source: a grant of
+/// a Postgres server does not let a MySQL source reach the same address.
+pub struct SourceGrants {
+    pub postgres: Grants,
+    pub mysql: Grants,
+}
+
+impl SourceGrants {
+    /// The grants of the source kind a pipeline file names (`postgres`,
+    /// `mysql`); none for a kind that connects nowhere.
+    pub fn of(&self, kind: &str) -> Option<&Grants> {
+        match kind {
+            "postgres" => Some(&self.postgres),
+            "mysql" => Some(&self.mysql),
+            _ => None,
+        }
+    }
 }
 
 /// Uploads that pruning keeps though no sink runs them and no pipeline
@@ -63,8 +83,12 @@ impl Tenant {
             &format!("{field}: its state folder"),
         )?;
         let grants = config.grants.parse().map_err(|e| format!("{field}.{e}"))?;
-        let sources = Grants::parse(Vec::<String>::new(), &config.sources.postgres)
-            .map_err(|e| format!("{field}.sources.postgres: {e}"))?;
+        let sources = SourceGrants {
+            postgres: Grants::parse(Vec::<String>::new(), &config.sources.postgres)
+                .map_err(|e| format!("{field}.sources.postgres: {e}"))?,
+            mysql: Grants::parse(Vec::<String>::new(), &config.sources.mysql)
+                .map_err(|e| format!("{field}.sources.mysql: {e}"))?,
+        };
         let stored_now = weir_runtime::capability::blob_walk::stored_bytes(&root)
             .map_err(|e| format!("{field}.root: cannot measure {}: {e}", root.display()))?;
         // Its uploaded plugins count against the same quota.

@@ -1,5 +1,6 @@
 //! Sources: where row changes come from, in position order, one whole
-//! transaction at a time ([`Source`]: the [`generator`] and [`postgres`]),
+//! transaction at a time ([`Source`]: the [`generator`], [`postgres`] and
+//! [`mysql`]),
 //! the [`change`]s they produce, and the [`batch`]er that turns them into
 //! one Arrow batch per table for the commit core.
 
@@ -7,6 +8,7 @@ pub mod batch;
 pub mod change;
 pub mod commit_order;
 pub mod generator;
+pub mod mysql;
 pub mod postgres;
 
 use std::sync::Arc;

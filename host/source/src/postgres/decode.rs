@@ -303,7 +303,7 @@ fn clip(text: &str) -> String {
 }
 
 /// `-123.45` at scale 3 -> -123450. None when it does not fit the scale.
-fn parse_decimal(text: &str, scale: i8) -> Option<i128> {
+pub(crate) fn parse_decimal(text: &str, scale: i8) -> Option<i128> {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -336,7 +336,7 @@ fn parse_bytea(text: &str) -> Option<Vec<u8>> {
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (year 0 = 1 BC).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = if y >= 0 { y } else { y - 399 } / 400;
     let yoe = y - era * 400;

@@ -1,0 +1,333 @@
+//! Positions of the MySQL/MariaDB source.
+//!
+//! **Streaming.** A transaction's place is the binlog coordinate of its
+//! first event (its GTID event, or `BEGIN`): the binlog file's number in the
+//! high 32 bits, the offset in the file in the low 32, which orders exactly
+//! as the server wrote its transactions, that is in commit order (a server
+//! writes one binlog; the files' numbers grow, and an event's offset fits
+//! 32 bits, as its header holds it). Then the change's ordinal in the
+//! transaction, from 1. The bytes are the shared `commit/ordinal` layout of
+//! [`crate::commit_order`]. Ordinal 0 at a coordinate is "standing before
+//! whatever starts there": where an idle or caught-up stream stands, and
+//! where a resumed stream starts reading without skipping anything.
+//!
+//! Several GTID domains change nothing here: the binlog of one server is
+//! one sequence whatever the domains of its transactions. A position is a
+//! place in *this* server's binlog; after a fail-over to another server the
+//! numbers mean nothing (docs/mysql.md).
+//!
+//! **Backfill.** `Position::snapshot(table, …)` followed by: the binlog
+//! coordinate the stream will start from once the backfill is done (the
+//! first snapshot's, kept by every later run of the same backfill), the row's
+//! number in the table's read (which orders the rows), and the row's key
+//! values, which a resumed backfill reads on after.
+
+use crate::commit_order::{StreamPosition, stream_position};
+use weir_core::position::Position;
+
+/// A place in the server's binlog: a file's number (`binlog.000003` is 3)
+/// and a byte offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BinlogCoord {
+    pub file: u32,
+    pub offset: u32,
+}
+
+impl BinlogCoord {
+    /// The number of a binlog file from its name (`binlog.000003` -> 3).
+    pub fn file_number(name: &str) -> Result<u32, String> {
+        let (_, digits) = name
+            .rsplit_once('.')
+            .ok_or_else(|| format!("binlog file `{name}` has no `.<number>` suffix"))?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("binlog file `{name}` has no `.<number>` suffix"));
+        }
+        digits
+            .parse()
+            .map_err(|_| format!("binlog file `{name}`: the number is too big"))
+    }
+
+    /// `<file>:<offset>` as an error names a transaction.
+    pub fn parse_file_and_offset(text: &str) -> Result<BinlogCoord, String> {
+        let (file, offset) = text
+            .trim()
+            .rsplit_once(':')
+            .ok_or("is not `<binlog file>:<offset>`")?;
+        let file = BinlogCoord::file_number(file)?;
+        let offset = offset
+            .parse()
+            .map_err(|_| format!("`{offset}` is not an offset"))?;
+        Ok(BinlogCoord { file, offset })
+    }
+
+    pub fn at(file: &str, offset: u64) -> Result<BinlogCoord, String> {
+        let offset = u32::try_from(offset)
+            .map_err(|_| format!("offset {offset} in {file} does not fit 32 bits"))?;
+        Ok(BinlogCoord {
+            file: BinlogCoord::file_number(file)?,
+            offset,
+        })
+    }
+
+    fn commit(self) -> u64 {
+        (u64::from(self.file) << 32) | u64::from(self.offset)
+    }
+
+    fn from_commit(commit: u64) -> BinlogCoord {
+        BinlogCoord {
+            file: (commit >> 32) as u32,
+            offset: commit as u32,
+        }
+    }
+
+    /// The position of change `ordinal` (from 1) of the transaction that
+    /// starts here; ordinal 0 stands before it, `u32::MAX` after it.
+    pub fn position(self, ordinal: u32) -> Position {
+        stream_position(self.commit(), ordinal)
+    }
+
+    /// Reads a streaming position back as (coordinate, ordinal).
+    pub fn of(position: &Position) -> Option<(BinlogCoord, u32)> {
+        let (commit, ordinal) = position.as_stream()?;
+        Some((BinlogCoord::from_commit(commit), ordinal))
+    }
+
+    /// This coordinate in a file named like `like` (same base name).
+    pub fn file_name(self, like: &str) -> String {
+        let base = like.rsplit_once('.').map_or(like, |(base, _)| base);
+        format!("{base}.{:06}", self.file)
+    }
+}
+
+/// What a backfill position holds after the table's name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackfillPlace {
+    /// Where the stream starts once the backfill is done.
+    pub stream_from: BinlogCoord,
+    /// The row's number in the table's read, from 1.
+    pub row: u64,
+    /// The row's key values, to read on after.
+    pub key: Vec<mysql_async::Value>,
+}
+
+impl BackfillPlace {
+    pub fn position(&self, table: &str) -> Position {
+        let mut bytes = Vec::with_capacity(16 + 16 * self.key.len());
+        bytes.extend_from_slice(&self.stream_from.commit().to_be_bytes());
+        bytes.extend_from_slice(&self.row.to_be_bytes());
+        for value in &self.key {
+            write_value(value, &mut bytes);
+        }
+        Position::snapshot(table, &bytes)
+    }
+
+    /// The place a backfill position of `table` holds; None when it is not
+    /// one of this source's (another table's, or foreign bytes).
+    pub fn of(position: &Position) -> Option<(String, BackfillPlace)> {
+        let (table, bytes) = position.as_snapshot()?;
+        let commit = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+        let row = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+        let mut rest = &bytes[16..];
+        let mut key = Vec::new();
+        while !rest.is_empty() {
+            key.push(read_value(&mut rest)?);
+        }
+        Some((
+            table.to_string(),
+            BackfillPlace {
+                stream_from: BinlogCoord::from_commit(commit),
+                row,
+                key,
+            },
+        ))
+    }
+}
+
+const NULL: u8 = 0;
+const BYTES: u8 = 1;
+const INT: u8 = 2;
+const UINT: u8 = 3;
+const FLOAT: u8 = 4;
+const DOUBLE: u8 = 5;
+const DATE: u8 = 6;
+const TIME: u8 = 7;
+
+fn write_value(value: &mysql_async::Value, out: &mut Vec<u8>) {
+    use mysql_async::Value as V;
+    match value {
+        V::NULL => out.push(NULL),
+        V::Bytes(b) => {
+            out.push(BYTES);
+            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+            out.extend_from_slice(b);
+        }
+        V::Int(i) => {
+            out.push(INT);
+            out.extend_from_slice(&i.to_be_bytes());
+        }
+        V::UInt(u) => {
+            out.push(UINT);
+            out.extend_from_slice(&u.to_be_bytes());
+        }
+        V::Float(f) => {
+            out.push(FLOAT);
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        V::Double(f) => {
+            out.push(DOUBLE);
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        V::Date(y, mo, d, h, mi, s, us) => {
+            out.push(DATE);
+            out.extend_from_slice(&y.to_be_bytes());
+            out.extend_from_slice(&[*mo, *d, *h, *mi, *s]);
+            out.extend_from_slice(&us.to_be_bytes());
+        }
+        V::Time(neg, days, h, mi, s, us) => {
+            out.push(TIME);
+            out.push(u8::from(*neg));
+            out.extend_from_slice(&days.to_be_bytes());
+            out.extend_from_slice(&[*h, *mi, *s]);
+            out.extend_from_slice(&us.to_be_bytes());
+        }
+    }
+}
+
+fn read_value(input: &mut &[u8]) -> Option<mysql_async::Value> {
+    use mysql_async::Value as V;
+    fn take<'a>(input: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = input.split_at_checked(n)?;
+        *input = rest;
+        Some(head)
+    }
+    fn array<const N: usize>(input: &mut &[u8]) -> Option<[u8; N]> {
+        take(input, N)?.try_into().ok()
+    }
+    let tag = take(input, 1)?[0];
+    Some(match tag {
+        NULL => V::NULL,
+        BYTES => {
+            let len = u32::from_be_bytes(array(input)?) as usize;
+            V::Bytes(take(input, len)?.to_vec())
+        }
+        INT => V::Int(i64::from_be_bytes(array(input)?)),
+        UINT => V::UInt(u64::from_be_bytes(array(input)?)),
+        FLOAT => V::Float(f32::from_be_bytes(array(input)?)),
+        DOUBLE => V::Double(f64::from_be_bytes(array(input)?)),
+        DATE => {
+            let y = u16::from_be_bytes(array(input)?);
+            let [mo, d, h, mi, s] = array(input)?;
+            V::Date(y, mo, d, h, mi, s, u32::from_be_bytes(array(input)?))
+        }
+        TIME => {
+            let neg = take(input, 1)?[0] != 0;
+            let days = u32::from_be_bytes(array(input)?);
+            let [h, mi, s] = array(input)?;
+            V::Time(neg, days, h, mi, s, u32::from_be_bytes(array(input)?))
+        }
+        _ => return None,
+    })
+}
+
+/// A position as an operator reads it: `binlog.000003:1234/2` (the file is
+/// named by number only, the base name being the server's).
+pub fn describe(position: &Position) -> String {
+    if let Some((coord, ordinal)) = BinlogCoord::of(position) {
+        return format!(
+            "binlog file {} offset {} change {ordinal}",
+            coord.file, coord.offset
+        );
+    }
+    position.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mysql_async::Value as V;
+
+    #[test]
+    fn positions_order_as_file_then_offset_then_ordinal() {
+        let at = |file, offset| BinlogCoord { file, offset };
+        let ordered = [
+            at(1, 4).position(0),
+            at(1, 4).position(1),
+            at(1, 4).position(u32::MAX),
+            at(1, 900).position(0),
+            at(1, u32::MAX).position(7),
+            at(2, 4).position(0),
+            at(300_000, 4).position(1),
+        ];
+        for pair in ordered.windows(2) {
+            assert!(pair[0] < pair[1], "{:?} < {:?}", pair[0], pair[1]);
+        }
+        assert!(Position::snapshot("shop.z", &[0xff; 20]) < at(0, 0).position(0));
+        assert_eq!(
+            BinlogCoord::of(&at(5, 1234).position(9)),
+            Some((at(5, 1234), 9))
+        );
+    }
+
+    #[test]
+    fn file_names_and_coordinates_read_back() {
+        assert_eq!(BinlogCoord::file_number("mysql-bin.000042"), Ok(42));
+        assert_eq!(BinlogCoord::file_number("a.b.1000000"), Ok(1_000_000));
+        assert!(BinlogCoord::file_number("binlog").is_err());
+        assert!(BinlogCoord::file_number("binlog.").is_err());
+        assert!(BinlogCoord::file_number("binlog.12a").is_err());
+        let c = BinlogCoord::parse_file_and_offset("binlog.000003:1234").unwrap();
+        assert_eq!(
+            c,
+            BinlogCoord {
+                file: 3,
+                offset: 1234
+            }
+        );
+        assert_eq!(c.file_name("binlog.000001"), "binlog.000003");
+        assert!(BinlogCoord::parse_file_and_offset("binlog.000003").is_err());
+        assert!(BinlogCoord::at("binlog.000001", 1 << 40).is_err());
+    }
+
+    #[test]
+    fn a_backfill_place_round_trips_and_orders_by_row_number() {
+        let key = vec![
+            V::Int(-5),
+            V::UInt(u64::MAX),
+            V::Bytes(b"k\0\xff".to_vec()),
+            V::Date(2024, 2, 29, 23, 59, 58, 999_999),
+            V::Time(true, 1, 2, 3, 4, 5),
+            V::Double(-0.5),
+            V::Float(1.25),
+            V::NULL,
+        ];
+        let place = BackfillPlace {
+            stream_from: BinlogCoord {
+                file: 7,
+                offset: 99,
+            },
+            row: 12,
+            key: key.clone(),
+        };
+        let pos = place.position("shop.orders");
+        let (table, back) = BackfillPlace::of(&pos).unwrap();
+        assert_eq!(table, "shop.orders");
+        assert_eq!(back, place);
+        // A later row with a "smaller" key still sorts after: the row
+        // number orders the read, not the key's bytes.
+        let later = BackfillPlace {
+            row: 13,
+            key: vec![V::Int(-1000)],
+            ..place.clone()
+        };
+        assert!(pos < later.position("shop.orders"));
+        // Foreign bytes are not read as a place.
+        assert_eq!(
+            BackfillPlace::of(&Position::snapshot("t", &[1, 2, 3])),
+            None
+        );
+        // Cut inside the last but one value (the float before the NULL).
+        let mut truncated = pos.as_bytes().to_vec();
+        truncated.truncate(truncated.len() - 3);
+        assert_eq!(BackfillPlace::of(&Position::from_bytes(truncated)), None);
+    }
+}

@@ -1,0 +1,879 @@
+//! The binlog stream: a task on the I/O runtime registers as a replica,
+//! reads the binlog from a coordinate, and turns the row events of the
+//! tables read into whole transactions (a big one in pieces, so memory
+//! stays bounded), handed to the pipeline's thread through a small bounded
+//! channel. The pipeline's side leaves out what was already handed on
+//! (after a resume or a reconnect the stream starts at the start of a
+//! transaction), ends the run once caught up, and reconnects when the
+//! server goes away.
+//!
+//! A transaction runs from its GTID event (MariaDB; `BEGIN` elsewhere) to
+//! its XID event (or `COMMIT`); DDL comes as a statement of its own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
+use mysql_async::binlog::row::BinlogRow;
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::prelude::*;
+use mysql_async::{BinlogStreamRequest, Conn};
+use tokio::sync::mpsc;
+
+use super::position::{BinlogCoord, describe};
+use super::session::Session;
+use super::setup::{Table, file_of};
+use super::types::{Origin, convert};
+use crate::SourceError;
+use crate::change::{Change, Op, TableSchema, Transaction, Value};
+use crate::postgres::PieceLimits;
+use weir_core::position::Position;
+
+/// How long `next` waits for the stream before it hands on an idle
+/// transaction, so that the pipeline can flush and heartbeat.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+/// Transactions (or pieces) read ahead of the pipeline.
+const READ_AHEAD: usize = 4;
+const RETRY_DELAY: Duration = Duration::from_millis(500);
+
+/// MariaDB's GTID event and its "standalone" flag (a statement without
+/// BEGIN/COMMIT around it, such as DDL).
+const MARIADB_GTID_EVENT: u8 = 0xa2;
+const GTID_STANDALONE: u8 = 1;
+const HEARTBEAT_EVENT: u8 = 0x1b;
+
+/// What the reading task hands on.
+enum Item {
+    /// A transaction or a piece of one; `reached` is where the reader then
+    /// stands when it ended a transaction (None inside one).
+    Tx {
+        tx: Transaction,
+        reached: Option<BinlogCoord>,
+    },
+    /// Between transactions, at this coordinate.
+    Stand(BinlogCoord),
+    /// The stream cannot go on: the row data is wrong, or a DDL statement
+    /// on a table read.
+    Failed(SourceError),
+    /// The connection was lost; read again from `restart` (the start of
+    /// the transaction that was open, or the boundary reached).
+    Lost { error: String, restart: BinlogCoord },
+}
+
+/// What the reading task works with.
+struct ReaderSetup {
+    opts: mysql_async::Opts,
+    server_id: u32,
+    heartbeat: Duration,
+    tables: Arc<Vec<TableInfo>>,
+    file: String,
+    from: BinlogCoord,
+    skip: Option<BinlogCoord>,
+    limits: PieceLimits,
+}
+
+/// A table as the reading task needs it.
+struct TableInfo {
+    db: String,
+    table: String,
+    kinds: Vec<super::types::Kind>,
+    schema: Arc<TableSchema>,
+}
+
+pub(super) struct Stream {
+    rx: Option<mpsc::Receiver<Item>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    tables: Arc<Vec<TableInfo>>,
+    /// Where the stream reads from next time it connects.
+    from: BinlogCoord,
+    catch_up: Option<BinlogCoord>,
+    done: bool,
+    skip: Option<BinlogCoord>,
+    limits: PieceLimits,
+    /// Since when the connection is lost, while it is.
+    lost_since: Option<Instant>,
+    reconnect_timeout: Duration,
+    heartbeat: Duration,
+    server_id: u32,
+}
+
+impl Stream {
+    pub fn new(
+        tables: &[Table],
+        from: BinlogCoord,
+        catch_up: Option<BinlogCoord>,
+        config: &super::config::MysqlConfig,
+        limits: PieceLimits,
+    ) -> Stream {
+        let tables = tables
+            .iter()
+            .map(|t| TableInfo {
+                db: t.db.clone(),
+                table: t.table.clone(),
+                kinds: t.kinds.clone(),
+                schema: t.schema.clone(),
+            })
+            .collect();
+        Stream {
+            rx: None,
+            task: None,
+            tables: Arc::new(tables),
+            from,
+            catch_up,
+            done: false,
+            skip: config.skip_transaction(),
+            limits,
+            lost_since: None,
+            reconnect_timeout: config.reconnect_timeout(),
+            heartbeat: config.heartbeat(),
+            server_id: config.server_id,
+        }
+    }
+
+    /// The next transaction after `emitted`, an idle one at `emitted` when
+    /// nothing came for a moment, or None once caught up.
+    pub fn next(
+        &mut self,
+        session: &mut Session,
+        emitted: &mut Option<Position>,
+    ) -> Result<Option<Transaction>, SourceError> {
+        let deadline = Instant::now() + IDLE_WAIT;
+        let mut stand: Option<Position> = None;
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if self.rx.is_none() {
+                self.connect(session)?;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let rx = self.rx.as_mut().expect("connected above");
+            let item = session
+                .io()
+                .block_on(async { tokio::time::timeout(left, rx.recv()).await });
+            let item = match item {
+                Err(_) => {
+                    // Nothing for a moment: stand where the stream is.
+                    let at = stand.or_else(|| emitted.clone());
+                    return Ok(at.map(|end| {
+                        *emitted = Some(end.clone());
+                        Transaction::of_changes(Vec::new(), end)
+                    }));
+                }
+                Ok(None) => Item::Lost {
+                    error: "the binlog reader ended".into(),
+                    restart: self.from,
+                },
+                Ok(Some(item)) => item,
+            };
+            match item {
+                Item::Tx { tx, reached } => {
+                    self.lost_since = None;
+                    if let Some(at) = reached {
+                        self.from = at;
+                        self.check_caught_up(at);
+                    }
+                    if let Some(tx) = admit(tx, emitted) {
+                        return Ok(Some(tx));
+                    }
+                }
+                Item::Stand(at) => {
+                    self.lost_since = None;
+                    self.from = at;
+                    self.check_caught_up(at);
+                    let pos = at.position(0);
+                    if emitted.as_ref().is_none_or(|e| *e < pos) {
+                        stand = Some(pos);
+                    }
+                    if self.done {
+                        if let Some(end) = stand.take() {
+                            *emitted = Some(end.clone());
+                            return Ok(Some(Transaction::of_changes(Vec::new(), end)));
+                        }
+                    }
+                }
+                Item::Failed(error) => {
+                    self.disconnect();
+                    return Err(error);
+                }
+                Item::Lost { error, restart } => {
+                    self.disconnect();
+                    self.from = restart;
+                    let since = *self.lost_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.reconnect_timeout {
+                        return Err(SourceError::Unavailable(format!(
+                            "the binlog stream was lost and could not be read again for {:.0} s: {error}",
+                            self.reconnect_timeout.as_secs_f64()
+                        )));
+                    }
+                    tracing::warn!(
+                        "binlog stream lost ({error}); reading again from {}",
+                        describe(&restart.position(0))
+                    );
+                    std::thread::sleep(RETRY_DELAY);
+                    if session
+                        .stop_flag()
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        return Err(SourceError::Unavailable(format!(
+                            "the binlog stream was lost ({error}); stopped waiting: the run was asked to stop"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_caught_up(&mut self, at: BinlogCoord) {
+        if self.catch_up.is_some_and(|target| at >= target) {
+            self.done = true;
+        }
+    }
+
+    fn connect(&mut self, session: &mut Session) -> Result<(), SourceError> {
+        let file = match file_of(session, self.from) {
+            Ok(file) => file,
+            Err(e @ SourceError::Resume { .. }) => return Err(e),
+            Err(e) if e.is_transient() => {
+                let since = *self.lost_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.reconnect_timeout {
+                    return Err(e);
+                }
+                std::thread::sleep(RETRY_DELAY);
+                session.reset();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let (sender, receiver) = mpsc::channel(READ_AHEAD);
+        let setup = ReaderSetup {
+            opts: session.opts().clone(),
+            server_id: self.server_id,
+            heartbeat: self.heartbeat,
+            tables: self.tables.clone(),
+            file,
+            from: self.from,
+            skip: self.skip,
+            limits: self.limits,
+        };
+        self.task = Some(session.io().spawn(read_binlog(setup, sender)));
+        self.rx = Some(receiver);
+        Ok(())
+    }
+
+    fn disconnect(&mut self) {
+        self.rx = None;
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.disconnect();
+    }
+}
+
+/// `tx` without what was already handed on; None when nothing is left.
+fn admit(mut tx: Transaction, emitted: &mut Option<Position>) -> Option<Transaction> {
+    if let Some(last) = emitted.as_ref() {
+        tx.changes.retain(|c| c.pos > *last);
+        if tx.changes.is_empty() && tx.end <= *last {
+            return None;
+        }
+    }
+    *emitted = Some(tx.end.clone());
+    Some(tx)
+}
+
+/// The reading task: connects, reads, and ends with `Lost` or `Failed`.
+async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
+    let restart = setup.from;
+    let mut reader = Reader {
+        file: setup.file.clone(),
+        file_number: setup.from.file,
+        open: None,
+        maps: HashMap::new(),
+        tables: setup.tables.clone(),
+        skip: setup.skip,
+        limits: setup.limits,
+        boundary: setup.from,
+    };
+    let stream = match start(&setup).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            let item = match e {
+                mysql_async::Error::Server(s) if s.code == 1045 || s.code == 1227 => {
+                    Item::Failed(SourceError::Config(format!(
+                        "the user may not read the binlog: grant it REPLICATION SLAVE ({})",
+                        s.message
+                    )))
+                }
+                mysql_async::Error::Server(s) => Item::Failed(SourceError::Config(format!(
+                    "the server refused to send its binlog from {}:{} ({}, server error {})",
+                    setup.file, setup.from.offset, s.message, s.code
+                ))),
+                other => Item::Lost {
+                    error: other.to_string(),
+                    restart,
+                },
+            };
+            let _ = out.send(item).await;
+            return;
+        }
+    };
+    let mut stream = stream;
+    loop {
+        let event = match stream.next().await {
+            Some(Ok(event)) => event,
+            Some(Err(mysql_async::Error::Server(s))) => {
+                let _ = out
+                    .send(Item::Failed(SourceError::Config(format!(
+                        "the server stopped sending its binlog: {} (server error {})",
+                        s.message, s.code
+                    ))))
+                    .await;
+                return;
+            }
+            Some(Err(e)) => {
+                let restart = reader.restart_point();
+                let _ = out
+                    .send(Item::Lost {
+                        error: e.to_string(),
+                        restart,
+                    })
+                    .await;
+                return;
+            }
+            None => {
+                let restart = reader.restart_point();
+                let _ = out
+                    .send(Item::Lost {
+                        error: "the server ended the binlog stream".into(),
+                        restart,
+                    })
+                    .await;
+                return;
+            }
+        };
+        let items = match reader.on_event(&event, |id| stream.get_tme(id)) {
+            Ok(items) => items,
+            Err(e) => {
+                let _ = out.send(Item::Failed(e)).await;
+                return;
+            }
+        };
+        for item in items {
+            if out.send(item).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+async fn start(setup: &ReaderSetup) -> Result<mysql_async::BinlogStream, mysql_async::Error> {
+    let mut conn = Conn::new(setup.opts.clone()).await?;
+    // GTID events as MariaDB writes them (not replaced by BEGIN), and a
+    // heartbeat while the server is idle.
+    conn.query_drop("SET @mariadb_slave_capability = 4").await?;
+    let period_ns = setup.heartbeat.as_nanos().min(u128::from(u64::MAX)) as u64;
+    conn.query_drop(format!("SET @master_heartbeat_period = {period_ns}"))
+        .await?;
+    let request = BinlogStreamRequest::new(setup.server_id)
+        .with_filename(setup.file.as_bytes())
+        .with_pos(u64::from(setup.from.offset));
+    conn.get_binlog_stream(request).await
+}
+
+/// A transaction being read.
+struct Open {
+    start: BinlogCoord,
+    commit_ts: i64,
+    standalone: bool,
+    changes: Vec<Change>,
+    bytes: usize,
+    ordinal: u32,
+    pieces: u32,
+    skipped: bool,
+}
+
+struct Reader {
+    file: String,
+    file_number: u32,
+    open: Option<Open>,
+    /// Table ids of the binlog's table maps: the table read, or None for
+    /// a table not read.
+    maps: HashMap<u64, Option<usize>>,
+    tables: Arc<Vec<TableInfo>>,
+    skip: Option<BinlogCoord>,
+    limits: PieceLimits,
+    /// The last boundary between transactions the reader passed.
+    boundary: BinlogCoord,
+}
+
+impl Reader {
+    fn restart_point(&self) -> BinlogCoord {
+        self.open.as_ref().map_or(self.boundary, |o| o.start)
+    }
+
+    fn coord(&self, offset: u32) -> BinlogCoord {
+        BinlogCoord {
+            file: self.file_number,
+            offset,
+        }
+    }
+
+    fn where_(&self, coord: BinlogCoord) -> String {
+        format!("{}:{}", coord.file_name(&self.file), coord.offset)
+    }
+
+    fn on_event<'s>(
+        &mut self,
+        event: &Event,
+        tme: impl Fn(u64) -> Option<&'s TableMapEvent<'static>>,
+    ) -> Result<Vec<Item>, SourceError> {
+        let header = event.header();
+        let end = header.log_pos();
+        let start = end.saturating_sub(header.event_size());
+        let kind = header.event_type_raw();
+        if kind == MARIADB_GTID_EVENT {
+            let flags = event.data().get(12).copied().unwrap_or(0);
+            self.begin(start, header.timestamp(), flags & GTID_STANDALONE != 0);
+            return Ok(Vec::new());
+        }
+        if kind == HEARTBEAT_EVENT {
+            if self.open.is_none() && end > 0 {
+                let at = self.coord(end);
+                if at >= self.boundary {
+                    self.boundary = at;
+                    return Ok(vec![Item::Stand(at)]);
+                }
+            }
+            return Ok(Vec::new());
+        }
+        let data = event.read_data().map_err(|e| {
+            SourceError::Invalid(format!(
+                "cannot read a binlog event at {}:{start}: {e}",
+                self.file
+            ))
+        })?;
+        match data {
+            // The server's first event is a made-up rotate to the file asked
+            // for, sent before the format event that says checksums are on:
+            // its name would carry the checksum's bytes. The file is known.
+            Some(EventData::RotateEvent(_)) if end == 0 => Ok(vec![Item::Stand(self.boundary)]),
+            Some(EventData::RotateEvent(rotate)) => {
+                self.file = rotate.name().into_owned();
+                self.file_number =
+                    BinlogCoord::file_number(&self.file).map_err(SourceError::Invalid)?;
+                let offset = u32::try_from(rotate.position()).unwrap_or(4);
+                self.boundary = self.coord(offset);
+                self.maps.clear();
+                Ok(vec![Item::Stand(self.boundary)])
+            }
+            Some(EventData::QueryEvent(query)) => {
+                let text = query.query();
+                let statement = text.trim();
+                if statement.eq_ignore_ascii_case("BEGIN") {
+                    if self.open.is_none() {
+                        self.begin(start, header.timestamp(), false);
+                    }
+                    return Ok(Vec::new());
+                }
+                if statement.eq_ignore_ascii_case("COMMIT") {
+                    return Ok(self.commit(end));
+                }
+                if let Some(table) = self.ddl_target(&query.schema(), statement) {
+                    let at = self.open.as_ref().map_or(self.coord(start), |o| o.start);
+                    if self.skip == Some(at) {
+                        tracing::warn!(
+                            "leaving out the statement at {} on {table}, as skip_transaction_at says",
+                            self.where_(at)
+                        );
+                    } else {
+                        return Err(SourceError::Invalid(format!(
+                            "`{}` at {} changes table {table}, which the MySQL source does not \
+                             follow while streaming yet: finish the change downstream by hand and \
+                             set source.mysql.skip_transaction_at: \"{}\" to go on past it, or \
+                             back the table up again under a new pipeline id",
+                            clip(statement),
+                            self.where_(at),
+                            self.where_(at)
+                        )));
+                    }
+                }
+                if self.open.as_ref().is_some_and(|o| o.standalone) {
+                    return Ok(self.commit(end));
+                }
+                Ok(Vec::new())
+            }
+            Some(EventData::XidEvent(_)) => Ok(self.commit(end)),
+            Some(EventData::TableMapEvent(map)) => {
+                let index = self.map_table(&map)?;
+                self.maps.insert(map.table_id(), index);
+                Ok(Vec::new())
+            }
+            Some(EventData::RowsEvent(rows)) => {
+                let Some(Some(index)) = self.maps.get(&rows.table_id()).copied() else {
+                    return Ok(Vec::new());
+                };
+                let map = tme(rows.table_id()).ok_or_else(|| {
+                    SourceError::Invalid(format!(
+                        "a row event at {}:{start} has no table map",
+                        self.file
+                    ))
+                })?;
+                self.on_rows(index, &rows, map, start)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn begin(&mut self, start: u32, timestamp: u32, standalone: bool) {
+        let start = self.coord(start);
+        self.open = Some(Open {
+            start,
+            commit_ts: i64::from(timestamp) * 1_000_000,
+            standalone,
+            changes: Vec::new(),
+            bytes: 0,
+            ordinal: 0,
+            pieces: 0,
+            skipped: self.skip == Some(start),
+        });
+    }
+
+    fn commit(&mut self, end: u32) -> Vec<Item> {
+        let reached = self.coord(end);
+        self.boundary = reached;
+        let Some(open) = self.open.take() else {
+            return vec![Item::Stand(reached)];
+        };
+        if open.skipped {
+            tracing::warn!(
+                "left out the transaction at {}, as skip_transaction_at says",
+                self.where_(open.start)
+            );
+        }
+        let end_pos = match open.changes.last() {
+            Some(change) => change.pos.clone(),
+            None => open.start.position(u32::MAX),
+        };
+        vec![Item::Tx {
+            tx: Transaction {
+                continued: open.pieces > 0,
+                ..Transaction::of_changes(open.changes, end_pos)
+            },
+            reached: Some(reached),
+        }]
+    }
+
+    /// The table a table map names, if it is read, after checking that its
+    /// columns are the ones the source knows.
+    fn map_table(&self, map: &TableMapEvent<'_>) -> Result<Option<usize>, SourceError> {
+        let db = map.database_name();
+        let name = map.table_name();
+        let Some(index) = self
+            .tables
+            .iter()
+            .position(|t| t.db == db && t.table == name)
+        else {
+            return Ok(None);
+        };
+        let table = &self.tables[index];
+        let mut names = Vec::new();
+        for field in map.iter_optional_meta() {
+            if let Ok(mysql_async::binlog::events::OptionalMetadataField::ColumnName(columns)) =
+                field
+            {
+                for column in columns.iter_names() {
+                    let column =
+                        column.map_err(|e| SourceError::Invalid(format!("{db}.{name}: {e}")))?;
+                    names.push(column.name().into_owned());
+                }
+            }
+        }
+        let known: Vec<&str> = table
+            .schema
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        if names.is_empty() {
+            return Err(SourceError::Config(format!(
+                "the binlog's table map of {db}.{name} names no columns: set \
+                 binlog_row_metadata=FULL on the server"
+            )));
+        }
+        if names != known {
+            return Err(SourceError::Invalid(format!(
+                "table {db}.{name} has columns ({}) in the binlog where the source knows ({}): \
+                 its shape changed, which the MySQL source does not follow yet; back the table \
+                 up again under a new pipeline id",
+                names.join(", "),
+                known.join(", ")
+            )));
+        }
+        Ok(Some(index))
+    }
+
+    fn on_rows(
+        &mut self,
+        index: usize,
+        rows: &RowsEventData<'_>,
+        map: &TableMapEvent<'_>,
+        at: u32,
+    ) -> Result<Vec<Item>, SourceError> {
+        let table = self.tables[index].schema.clone();
+        let kinds = &self.tables[index].kinds;
+        let here = self.coord(at);
+        let Some(open) = self.open.as_mut() else {
+            return Err(SourceError::Invalid(format!(
+                "a row event at {}:{at} lies outside a transaction",
+                self.file
+            )));
+        };
+        if open.skipped {
+            return Ok(Vec::new());
+        }
+        let decode = |row: Option<BinlogRow>| -> Result<Vec<Value>, SourceError> {
+            let mut row = row.ok_or_else(|| {
+                SourceError::Invalid(format!("a row event at {here:?} lacks a row image"))
+            })?;
+            (0..kinds.len())
+                .map(|i| {
+                    let raw = match row.take(i) {
+                        Some(BinlogValue::Value(v)) => v,
+                        Some(json @ BinlogValue::Jsonb(_)) => mysql_async::Value::try_from(json)
+                            .map_err(|e| SourceError::Invalid(format!("{}: JSON value: {e}", table.name)))?,
+                        Some(BinlogValue::JsonDiff(_)) => {
+                            return Err(SourceError::Config(format!(
+                                "{}: the binlog holds a partial JSON update: set \
+                                 binlog_row_value_options='' on the server",
+                                table.name
+                            )));
+                        }
+                        None => {
+                            return Err(SourceError::Config(format!(
+                                "{}: the binlog lacks column `{}` in a row: set binlog_row_image=FULL",
+                                table.name, table.columns[i].name
+                            )));
+                        }
+                    };
+                    convert(&kinds[i], raw, Origin::Binlog).map_err(|e| {
+                        SourceError::Invalid(format!(
+                            "{}, column `{}`, change in the transaction at binlog file {} offset {}: {e}",
+                            table.name, table.columns[i].name, open.start.file, open.start.offset
+                        ))
+                    })
+                })
+                .collect()
+        };
+        let key = table.key.clone();
+        let key_only = |values: &[Value]| -> Vec<Value> {
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    if key.contains(&i) {
+                        v.clone()
+                    } else {
+                        Value::Null
+                    }
+                })
+                .collect()
+        };
+        let mut out = Vec::new();
+        for row in rows.rows(map) {
+            let (before, after) = row.map_err(|e| {
+                SourceError::Invalid(format!(
+                    "{}: cannot read a row event at {}:{at}: {e}",
+                    table.name, self.file
+                ))
+            })?;
+            let changes: Vec<(Op, Vec<Value>)> = match rows {
+                RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => {
+                    vec![(Op::Insert, decode(after)?)]
+                }
+                RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => {
+                    vec![(Op::Delete, key_only(&decode(before)?))]
+                }
+                RowsEventData::UpdateRowsEvent(_)
+                | RowsEventData::UpdateRowsEventV1(_)
+                | RowsEventData::PartialUpdateRowsEvent(_) => {
+                    let old = decode(before)?;
+                    let new = decode(after)?;
+                    let mut both = Vec::new();
+                    if key.iter().any(|&k| old[k] != new[k]) {
+                        // A changed key: the row leaves its old key.
+                        both.push((Op::Delete, key_only(&old)));
+                    }
+                    both.push((Op::Update, new));
+                    both
+                }
+            };
+            for (op, values) in changes {
+                open.ordinal = open.ordinal.checked_add(1).filter(|&o| o < u32::MAX).ok_or_else(|| {
+                    SourceError::Invalid(format!(
+                        "the transaction at binlog file {} offset {} has more than 4 billion changes",
+                        open.start.file, open.start.offset
+                    ))
+                })?;
+                open.bytes += values.iter().map(value_bytes).sum::<usize>();
+                open.changes.push(Change {
+                    table: table.clone(),
+                    op,
+                    pos: open.start.position(open.ordinal),
+                    commit_ts_micros: open.commit_ts,
+                    snapshot: false,
+                    values,
+                });
+                if open.changes.len() >= self.limits.changes || open.bytes >= self.limits.bytes {
+                    let changes = std::mem::take(&mut open.changes);
+                    let end = changes.last().expect("a full piece").pos.clone();
+                    out.push(Item::Tx {
+                        tx: Transaction {
+                            continued: open.pieces > 0,
+                            ..Transaction::of_changes(changes, end)
+                        },
+                        reached: None,
+                    });
+                    open.pieces += 1;
+                    open.bytes = 0;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The table a DDL statement changes, if it is one the source reads.
+    fn ddl_target(&self, schema: &str, statement: &str) -> Option<String> {
+        let lower = statement.to_ascii_lowercase();
+        let words: Vec<&str> = lower.split_whitespace().take(2).collect();
+        let is_ddl = matches!(
+            words.as_slice(),
+            ["alter", ..] | ["drop", ..] | ["rename", ..] | ["truncate", ..] | ["create", "or"]
+        );
+        if !is_ddl {
+            return None;
+        }
+        let tokens: Vec<String> = lower
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$' || c == '.' || c == '`'))
+            .filter(|t| !t.is_empty())
+            .map(|t| t.replace('`', ""))
+            .collect();
+        self.tables.iter().find_map(|t| {
+            let qualified = format!("{}.{}", t.db, t.table).to_ascii_lowercase();
+            let bare = t.table.to_ascii_lowercase();
+            let named = tokens.iter().any(|tok| {
+                *tok == qualified || (*tok == bare && schema.eq_ignore_ascii_case(&t.db))
+            });
+            named.then(|| format!("{}.{}", t.db, t.table))
+        })
+    }
+}
+
+fn value_bytes(value: &Value) -> usize {
+    match value {
+        Value::Utf8(s) => s.len() + 8,
+        Value::Binary(b) => b.len() + 8,
+        _ => 16,
+    }
+}
+
+fn clip(text: &str) -> String {
+    let mut out: String = text.chars().take(120).collect();
+    if out.len() < text.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader() -> Reader {
+        let schema = Arc::new(TableSchema {
+            name: "shop.orders".into(),
+            columns: Vec::new(),
+            key: Vec::new(),
+        });
+        Reader {
+            file: "binlog.000001".into(),
+            file_number: 1,
+            open: None,
+            maps: HashMap::new(),
+            tables: Arc::new(vec![TableInfo {
+                db: "shop".into(),
+                table: "orders".into(),
+                kinds: Vec::new(),
+                schema,
+            }]),
+            skip: None,
+            limits: PieceLimits::default(),
+            boundary: BinlogCoord { file: 1, offset: 4 },
+        }
+    }
+
+    #[test]
+    fn ddl_on_a_table_read_is_told_from_other_statements() {
+        let r = reader();
+        assert_eq!(
+            r.ddl_target("shop", "ALTER TABLE orders ADD COLUMN x int"),
+            Some("shop.orders".into())
+        );
+        assert_eq!(
+            r.ddl_target("other", "alter table `shop`.`orders` drop column x"),
+            Some("shop.orders".into())
+        );
+        assert_eq!(
+            r.ddl_target("x", "TRUNCATE TABLE shop.orders"),
+            Some("shop.orders".into())
+        );
+        assert_eq!(
+            r.ddl_target("shop", "RENAME TABLE orders TO old_orders"),
+            Some("shop.orders".into())
+        );
+        assert_eq!(
+            r.ddl_target("other", "ALTER TABLE orders ADD COLUMN x int"),
+            None
+        );
+        assert_eq!(
+            r.ddl_target("shop", "ALTER TABLE orders_archive ADD x int"),
+            None
+        );
+        assert_eq!(r.ddl_target("shop", "CREATE TABLE t (orders int)"), None);
+        assert_eq!(r.ddl_target("shop", "INSERT INTO orders VALUES (1)"), None);
+    }
+
+    #[test]
+    fn what_was_handed_on_is_not_handed_on_again() {
+        let at = BinlogCoord {
+            file: 1,
+            offset: 100,
+        };
+        let schema = reader().tables[0].schema.clone();
+        let change = |ordinal| Change {
+            table: schema.clone(),
+            op: Op::Insert,
+            pos: at.position(ordinal),
+            commit_ts_micros: 0,
+            snapshot: false,
+            values: Vec::new(),
+        };
+        let tx = Transaction::of_changes(vec![change(1), change(2), change(3)], at.position(3));
+        let mut emitted = Some(at.position(2));
+        let admitted = admit(tx.clone(), &mut emitted).unwrap();
+        assert_eq!(admitted.changes.len(), 1);
+        assert_eq!(emitted, Some(at.position(3)));
+        assert!(admit(tx, &mut emitted).is_none());
+        let mut fresh = None;
+        let empty = Transaction::of_changes(Vec::new(), at.position(u32::MAX));
+        assert!(admit(empty.clone(), &mut fresh).is_some());
+        assert!(admit(empty, &mut fresh).is_none());
+    }
+}
