@@ -7,4 +7,5 @@ mod common;
 mod mysql_support;
 
 mod cdc;
+mod kills;
 mod smoke;

@@ -25,7 +25,7 @@ use crate::common;
 pub const ADMIN_USER: &str = "weir_admin";
 pub const ADMIN_PASSWORD: &str = "weir_admin";
 /// The user the pipeline connects as: REPLICATION SLAVE, REPLICATION
-/// CLIENT, SELECT and RELOAD on everything.
+/// CLIENT and SELECT on everything (what docs/mysql.md asks for).
 pub const USER: &str = "weir";
 pub const PASSWORD: &str = "weir";
 

@@ -16,10 +16,10 @@ use arrow_array::builder::BinaryBuilder;
 use arrow_array::{Array, BinaryArray};
 use mysql_async::Row;
 
-use super::position::{BackfillPlace, BinlogCoord};
+use super::position::{BackfillPlace, BinlogCoord, order_bytes};
 use super::session::Session;
 use super::setup::{Table, ident};
-use super::types::{Origin, convert};
+use super::types::{Origin, convert, show};
 use crate::SourceError;
 use crate::batch::column_array;
 use crate::change::{SnapshotRows, Transaction, Value};
@@ -29,8 +29,6 @@ pub(super) struct Backfill {
     queue: Vec<usize>,
     /// In the first table of the queue: the key to read after.
     after: Option<Vec<mysql_async::Value>>,
-    /// Rows of the first table of the queue numbered so far.
-    row: u64,
     /// Where the stream starts once the backfill is done.
     pub stream_from: BinlogCoord,
     /// Whether the session is inside the snapshot's transaction.
@@ -39,21 +37,25 @@ pub(super) struct Backfill {
 }
 
 impl Backfill {
-    /// A backfill of every table, from the start.
+    /// A backfill of every table, from the start. The stream starts at
+    /// `stream_from` when an earlier run already began one (its tables may
+    /// hold rows of that run's snapshot whose later changes only the
+    /// binlog since then has), else at this snapshot's coordinates.
     pub fn fresh(
         tables: usize,
         chunk_rows: usize,
+        stream_from: Option<BinlogCoord>,
         session: &mut Session,
     ) -> Result<Backfill, SourceError> {
         let mut backfill = Backfill {
             queue: (0..tables).collect(),
             after: None,
-            row: 0,
             stream_from: BinlogCoord { file: 0, offset: 0 },
             in_snapshot: false,
             chunk_rows,
         };
-        backfill.stream_from = backfill.open_snapshot(session)?;
+        let snapshot = backfill.open_snapshot(session)?;
+        backfill.stream_from = stream_from.unwrap_or(snapshot);
         Ok(backfill)
     }
 
@@ -67,7 +69,6 @@ impl Backfill {
         Backfill {
             queue: (first..tables).collect(),
             after: Some(place.key),
-            row: place.row,
             stream_from: place.stream_from,
             in_snapshot: false,
             chunk_rows,
@@ -148,7 +149,6 @@ impl Backfill {
             if done {
                 self.queue.remove(0);
                 self.after = None;
-                self.row = 0;
             }
             if let Some(chunk) = chunk {
                 return Ok(Some(chunk));
@@ -156,13 +156,23 @@ impl Backfill {
         }
     }
 
-    /// `SELECT … ORDER BY key LIMIT n`, after the last key read.
+    /// `SELECT … ORDER BY key LIMIT n`, after the last key read. Text keys
+    /// are read in the order of their UTF-8 bytes (what their positions
+    /// encode), not their collation's: the server then sorts them itself
+    /// rather than walk the index, so such tables read slower.
     fn chunk_query(&self, table: &Table) -> (String, Vec<mysql_async::Value>) {
         let columns: Vec<String> = table.column_names().map(ident).collect();
         let key = &table.schema.key;
         let key_names: Vec<String> = key
             .iter()
-            .map(|&k| ident(&table.schema.columns[k].name))
+            .map(|&k| {
+                let column = ident(&table.schema.columns[k].name);
+                if table.kinds[k].orders_by_value() {
+                    column
+                } else {
+                    format!("CAST(CONVERT({column} USING utf8mb4) AS BINARY)")
+                }
+            })
             .collect();
         let mut sql = format!("SELECT {} FROM {}", columns.join(", "), table.quoted());
         let mut params = Vec::new();
@@ -213,18 +223,24 @@ impl Backfill {
             for (i, value) in raw.into_iter().enumerate() {
                 let v = convert(&table.kinds[i], value, Origin::Query).map_err(|e| {
                     SourceError::Invalid(format!(
-                        "{}, column `{}`, backfill row {}: {e}",
+                        "{}, column `{}`, backfill row with key {}: {e}",
                         table.name,
                         table.schema.columns[i].name,
-                        self.row + 1
+                        key.iter().map(show).collect::<Vec<_>>().join(", ")
                     ))
                 })?;
                 columns[i].push(v);
             }
-            self.row += 1;
+            let row = columns[0].len() - 1;
+            let order_bytes: Vec<Vec<u8>> = table
+                .schema
+                .key
+                .iter()
+                .map(|&k| order_bytes(&columns[k][row]))
+                .collect();
             let place = BackfillPlace {
                 stream_from: self.stream_from,
-                row: self.row,
+                order: BackfillPlace::order_of(order_bytes.iter().map(Vec::as_slice)),
                 key: key.clone(),
             };
             positions.append_value(place.position(&table.name).as_bytes());

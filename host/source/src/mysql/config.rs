@@ -117,9 +117,9 @@ impl MysqlConfig {
         if self.chunk_rows == 0 {
             return Err("chunk_rows: must be at least 1".into());
         }
-        if self.heartbeat_ms == 0 || self.heartbeat_ms > 4_294_967 {
+        if !(100..=3_600_000).contains(&self.heartbeat_ms) {
             return Err(format!(
-                "heartbeat_ms: {} is outside 1..=4294967 (the server's heartbeat period)",
+                "heartbeat_ms: {} is outside 100..=3600000",
                 self.heartbeat_ms
             ));
         }

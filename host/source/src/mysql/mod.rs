@@ -17,6 +17,7 @@ mod setup;
 mod stream;
 mod types;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use config::{MysqlConfig, MysqlSettings};
@@ -35,6 +36,8 @@ use weir_core::position::Position;
 /// The MySQL/MariaDB source (see the module documentation).
 pub struct MysqlSource {
     config: MysqlConfig,
+    /// Where the first backfill's stream starts, kept for later runs.
+    start_file: StartFile,
     session: Session,
     tables: Vec<Table>,
     backfill: Option<Backfill>,
@@ -51,7 +54,7 @@ impl MysqlSource {
         let MysqlSettings {
             config,
             append_tables,
-            state_dir: _,
+            state_dir,
             io,
             stop,
         } = settings;
@@ -59,7 +62,10 @@ impl MysqlSource {
         setup::check_server(&mut session)?;
         setup::check_privileges(&mut session)?;
         let tables = setup::load_tables(&mut session, &config, &append_tables)?;
+        let start_file =
+            StartFile(state_dir.join(format!("mysql-{}-stream-start.json", config.server_id)));
         Ok(MysqlSource {
+            start_file,
             config,
             session,
             tables,
@@ -81,6 +87,54 @@ impl MysqlSource {
     }
 }
 
+/// The stream's start of the pipeline's first backfill, in its state
+/// folder: written before that backfill hands on a row, read by every later
+/// run that backfills again.
+struct StartFile(PathBuf);
+
+impl StartFile {
+    fn read(&self) -> Result<Option<BinlogCoord>, SourceError> {
+        let text = match std::fs::read_to_string(&self.0) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let bad = || {
+            SourceError::Config(format!(
+                "{} is not a binlog coordinate: remove it only together with the sinks' data",
+                self.0.display()
+            ))
+        };
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| bad())?;
+        let number = |field: &str| {
+            value[field]
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(bad)
+        };
+        Ok(Some(BinlogCoord {
+            file: number("file")?,
+            offset: number("offset")?,
+        }))
+    }
+
+    fn write(&self, at: BinlogCoord) -> Result<(), SourceError> {
+        if let Some(dir) = self.0.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let text = serde_json::json!({"file": at.file, "offset": at.offset}).to_string();
+        let temporary = self.0.with_extension("json.tmp");
+        let mut file = std::fs::File::create(&temporary)?;
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, &self.0)?;
+        if let Some(dir) = self.0.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
 impl Source for MysqlSource {
     fn tables(&self) -> Vec<Arc<TableSchema>> {
         self.tables.iter().map(|t| t.schema.clone()).collect()
@@ -90,8 +144,17 @@ impl Source for MysqlSource {
         let chunk_rows = self.config.chunk_rows;
         let from = match after {
             None => {
-                let backfill = Backfill::fresh(self.tables.len(), chunk_rows, &mut self.session)?;
+                // A table without a committed position (a first run, or a
+                // table added since) backfills everything again; what
+                // earlier runs committed is dropped by position, and the
+                // stream replays from the first backfill's snapshot.
+                let earlier = self.start_file.read()?;
+                let backfill =
+                    Backfill::fresh(self.tables.len(), chunk_rows, earlier, &mut self.session)?;
                 let from = backfill.stream_from;
+                if earlier.is_none() {
+                    self.start_file.write(from)?;
+                }
                 self.backfill = Some(backfill);
                 from
             }

@@ -18,9 +18,11 @@
 //!
 //! **Backfill.** `Position::snapshot(table, …)` followed by: the binlog
 //! coordinate the stream will start from once the backfill is done (the
-//! first snapshot's, kept by every later run of the same backfill), the row's
-//! number in the table's read (which orders the rows), and the row's key
-//! values, which a resumed backfill reads on after.
+//! first snapshot's, kept by every later run of the pipeline), the row's key
+//! in an encoding whose byte order is the order the backfill reads rows in
+//! (so a position means "every key up to here" in every run, whatever was
+//! deleted in between), and the key's values as the server gave them,
+//! which a resumed backfill reads on after.
 
 use crate::commit_order::{StreamPosition, stream_position};
 use weir_core::position::Position;
@@ -104,17 +106,40 @@ impl BinlogCoord {
 pub struct BackfillPlace {
     /// Where the stream starts once the backfill is done.
     pub stream_from: BinlogCoord,
-    /// The row's number in the table's read, from 1.
-    pub row: u64,
+    /// The key in read order: each column's order bytes ([`order_bytes`])
+    /// escaped and ended, so that any number of them compare as the
+    /// columns' tuple does.
+    pub order: Vec<u8>,
     /// The row's key values, to read on after.
     pub key: Vec<mysql_async::Value>,
 }
 
+/// The end of one key column's bytes, and of the whole key, in
+/// [`BackfillPlace::order`]; a zero byte inside a column is `0x00 0xff`.
+const COLUMN_END: [u8; 2] = [0, 1];
+const KEY_END: [u8; 2] = [0, 0];
+
 impl BackfillPlace {
+    /// The order bytes of a key whose columns' own order bytes are `columns`.
+    pub fn order_of<'a>(columns: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for column in columns {
+            for &b in column {
+                out.push(b);
+                if b == 0 {
+                    out.push(0xff);
+                }
+            }
+            out.extend_from_slice(&COLUMN_END);
+        }
+        out.extend_from_slice(&KEY_END);
+        out
+    }
+
     pub fn position(&self, table: &str) -> Position {
-        let mut bytes = Vec::with_capacity(16 + 16 * self.key.len());
+        let mut bytes = Vec::with_capacity(8 + self.order.len() + 16 * self.key.len());
         bytes.extend_from_slice(&self.stream_from.commit().to_be_bytes());
-        bytes.extend_from_slice(&self.row.to_be_bytes());
+        bytes.extend_from_slice(&self.order);
         for value in &self.key {
             write_value(value, &mut bytes);
         }
@@ -122,24 +147,59 @@ impl BackfillPlace {
     }
 
     /// The place a backfill position of `table` holds; None when it is not
-    /// one of this source's (another table's, or foreign bytes).
+    /// one of this source's.
     pub fn of(position: &Position) -> Option<(String, BackfillPlace)> {
         let (table, bytes) = position.as_snapshot()?;
         let commit = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
-        let row = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
-        let mut rest = &bytes[16..];
+        let rest = &bytes[8..];
+        // The order bytes run to the first 0x00 0x00 outside an escape.
+        let mut i = 0;
+        let order_end = loop {
+            match (rest.get(i)?, rest.get(i + 1)) {
+                (0, Some(0)) => break i + 2,
+                (0, Some(_)) => i += 2,
+                _ => i += 1,
+            }
+        };
+        let order = rest[..order_end].to_vec();
+        let mut raw = &rest[order_end..];
         let mut key = Vec::new();
-        while !rest.is_empty() {
-            key.push(read_value(&mut rest)?);
+        while !raw.is_empty() {
+            key.push(read_value(&mut raw)?);
         }
         Some((
             table.to_string(),
             BackfillPlace {
                 stream_from: BinlogCoord::from_commit(commit),
-                row,
+                order,
                 key,
             },
         ))
+    }
+}
+
+/// A key column's value as bytes whose order is the value's order (the
+/// order the backfill's `ORDER BY` reads in: numbers and times by value,
+/// text and bytes by their bytes).
+pub fn order_bytes(value: &crate::change::Value) -> Vec<u8> {
+    use crate::change::Value as V;
+    match value {
+        V::Null | V::List(_) => Vec::new(),
+        V::Bool(b) => vec![u8::from(*b)],
+        V::Int32(v) | V::Date32(v) => ((*v as u32) ^ (1 << 31)).to_be_bytes().to_vec(),
+        V::Int64(v) | V::TimestampMicros(v) => ((*v as u64) ^ (1 << 63)).to_be_bytes().to_vec(),
+        V::Decimal128(v) => ((*v as u128) ^ (1 << 127)).to_be_bytes().to_vec(),
+        V::Float64(f) => {
+            let bits = f.to_bits();
+            let ordered = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits ^ (1 << 63)
+            };
+            ordered.to_be_bytes().to_vec()
+        }
+        V::Utf8(s) => s.as_bytes().to_vec(),
+        V::Binary(b) => b.clone(),
     }
 }
 
@@ -289,7 +349,50 @@ mod tests {
     }
 
     #[test]
-    fn a_backfill_place_round_trips_and_orders_by_row_number() {
+    fn key_order_bytes_order_as_the_keys_do() {
+        use crate::change::Value as W;
+        let key = |cols: &[W]| {
+            let bytes: Vec<Vec<u8>> = cols.iter().map(order_bytes).collect();
+            BackfillPlace::order_of(bytes.iter().map(Vec::as_slice))
+        };
+        let ascending = [
+            vec![W::Int64(i64::MIN), W::Utf8(String::new())],
+            vec![W::Int64(-1), W::Utf8("a".into())],
+            vec![W::Int64(-1), W::Utf8("a\0".into())],
+            vec![W::Int64(-1), W::Utf8("a\0\0".into())],
+            vec![W::Int64(-1), W::Utf8("a\u{1}".into())],
+            vec![W::Int64(-1), W::Utf8("ab".into())],
+            vec![W::Int64(0), W::Utf8(String::new())],
+            vec![W::Int64(i64::MAX), W::Utf8("z".into())],
+        ];
+        for pair in ascending.windows(2) {
+            assert!(
+                key(&pair[0]) < key(&pair[1]),
+                "{:?} < {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        let floats = [
+            f64::NEG_INFINITY,
+            -2.5,
+            -0.0,
+            0.0,
+            1e-300,
+            3.0,
+            f64::INFINITY,
+        ];
+        for pair in floats.windows(2) {
+            assert!(order_bytes(&W::Float64(pair[0])) <= order_bytes(&W::Float64(pair[1])));
+        }
+        let decimals = [i128::MIN, -10, 0, 7, i128::MAX];
+        for pair in decimals.windows(2) {
+            assert!(order_bytes(&W::Decimal128(pair[0])) < order_bytes(&W::Decimal128(pair[1])));
+        }
+    }
+
+    #[test]
+    fn a_backfill_place_round_trips_and_orders_by_key() {
         let key = vec![
             V::Int(-5),
             V::UInt(u64::MAX),
@@ -305,17 +408,16 @@ mod tests {
                 file: 7,
                 offset: 99,
             },
-            row: 12,
+            order: BackfillPlace::order_of([b"a\0b".as_slice(), &[0, 0, 1]]),
             key: key.clone(),
         };
         let pos = place.position("shop.orders");
         let (table, back) = BackfillPlace::of(&pos).unwrap();
         assert_eq!(table, "shop.orders");
         assert_eq!(back, place);
-        // A later row with a "smaller" key still sorts after: the row
-        // number orders the read, not the key's bytes.
+        // Order bytes decide, whatever the raw values after them.
         let later = BackfillPlace {
-            row: 13,
+            order: BackfillPlace::order_of([b"a\0b".as_slice(), &[0, 0, 2]]),
             key: vec![V::Int(-1000)],
             ..place.clone()
         };

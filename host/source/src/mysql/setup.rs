@@ -88,7 +88,7 @@ pub(super) fn check_server(session: &mut Session) -> Result<(), SourceError> {
         None => {
             return Err(SourceError::Config(format!(
                 "the server ({version}) has no binlog_row_metadata setting, so its binlog does \
-                 not name columns: the source needs MariaDB 10.5 or newer, or MySQL 8.0 or newer"
+                 not name columns: the source needs MariaDB 10.5 or newer"
             )));
         }
     }
@@ -108,11 +108,22 @@ pub(super) fn check_privileges(session: &mut Session) -> Result<BinlogCoord, Sou
         other => other?,
     };
     let grants: Vec<String> = session.rows("reading the user's grants", "SHOW GRANTS")?;
+    // `GRANT <privilege>, <privilege> ON *.* TO ...`: the privileges on
+    // everything, one by one (REPLICATION SLAVE ADMIN is another one).
     let may_replicate = grants.iter().any(|g| {
         let g = g.to_ascii_uppercase();
-        g.contains("ALL PRIVILEGES ON *.*")
-            || g.contains("REPLICATION SLAVE")
-            || g.contains("REPLICATION REPLICA")
+        let Some(list) = g
+            .strip_prefix("GRANT ")
+            .and_then(|rest| rest.split_once(" ON *.* "))
+        else {
+            return false;
+        };
+        list.0.split(", ").any(|p| {
+            matches!(
+                p.trim(),
+                "ALL PRIVILEGES" | "REPLICATION SLAVE" | "REPLICATION REPLICA"
+            )
+        })
     });
     if !may_replicate {
         return Err(SourceError::Config(

@@ -147,6 +147,10 @@ impl Stream {
             }
             if self.rx.is_none() {
                 self.connect(session)?;
+                if self.rx.is_none() {
+                    // The server is away: `connect` waited; try again.
+                    continue;
+                }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             let rx = self.rx.as_mut().expect("connected above");
@@ -326,8 +330,20 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
         }
     };
     let mut stream = stream;
+    // The server sends a heartbeat at least this often: silence for
+    // longer is a dead connection, however quiet the database.
+    let silence = setup.heartbeat * 3 + Duration::from_secs(5);
     loop {
-        let event = match stream.next().await {
+        let Ok(next) = tokio::time::timeout(silence, stream.next()).await else {
+            let restart = reader.restart_point();
+            let error = format!(
+                "nothing came from the server for {:.0} s, heartbeats included",
+                silence.as_secs_f64()
+            );
+            let _ = out.send(Item::Lost { error, restart }).await;
+            return;
+        };
+        let event = match next {
             Some(Ok(event)) => event,
             Some(Err(mysql_async::Error::Server(s))) => {
                 let _ = out
@@ -630,6 +646,7 @@ impl Reader {
         let table = self.tables[index].schema.clone();
         let kinds = &self.tables[index].kinds;
         let here = self.coord(at);
+        let file = self.file.clone();
         let Some(open) = self.open.as_mut() else {
             return Err(SourceError::Invalid(format!(
                 "a row event at {}:{at} lies outside a transaction",
@@ -665,8 +682,11 @@ impl Reader {
                     };
                     convert(&kinds[i], raw, Origin::Binlog).map_err(|e| {
                         SourceError::Invalid(format!(
-                            "{}, column `{}`, change in the transaction at binlog file {} offset {}: {e}",
-                            table.name, table.columns[i].name, open.start.file, open.start.offset
+                            "{}, column `{}`, a change of the transaction at {}:{}: {e}",
+                            table.name,
+                            table.columns[i].name,
+                            open.start.file_name(&file),
+                            open.start.offset
                         ))
                     })
                 })

@@ -147,6 +147,13 @@ impl Kind {
         }
     }
 
+    /// Whether the server orders the column by the value the source reads
+    /// (numbers, times, bytes); text, enums and sets it orders by their
+    /// collation or member number instead.
+    pub fn orders_by_value(&self) -> bool {
+        !matches!(self, Kind::Text { .. } | Kind::Enum(_) | Kind::Set(_))
+    }
+
     /// A literal to compare a key column with a bound parameter in the
     /// column's own terms (a decimal compared with a string would be
     /// compared as a double).
