@@ -8,4 +8,6 @@ mod mysql_support;
 
 mod cdc;
 mod kills;
+mod settings;
 mod smoke;
+mod stops;

@@ -197,7 +197,8 @@ pub(super) fn load_tables(
     for (i, pattern) in patterns.iter().enumerate() {
         if !all.iter().any(|(db, t)| pattern.matches(db, t)) {
             return Err(SourceError::Config(format!(
-                "source.mysql.tables[{i}]: `{}` matches no table the user can see",
+                "source.mysql.tables[{i}]: `{}` matches no table the user can see: check \
+                 the name, and that the user has SELECT on it",
                 config.tables[i]
             )));
         }
