@@ -55,6 +55,7 @@ pub fn make_source(
         SourceConfig::Mysql(my) => {
             let settings = MysqlSettings {
                 config: my.clone(),
+                pipeline: config.pipeline.clone(),
                 append_tables: append_tables(config),
                 state_dir: config.state_dir(),
                 io: io.clone(),

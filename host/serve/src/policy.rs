@@ -345,7 +345,7 @@ mod tests {
             tenants:\n\
             \x20 a:\n    token_env: WEIR_TEST_TOKEN_A\n    root: data/a\n    env: [WEIR_TENANT_A_SECRET]\n\
             \x20   grants: { http: [\"https://*.a.example\"], tcp: [\"10.1.0.0/16:6379\"] }\n\
-            \x20   sources: { postgres: [\"db.a.example:5432\"] }\n\
+            \x20   sources: { postgres: [\"db.a.example:5432\"], mysql: [\"my.a.example:3306\"] }\n\
             \x20 b:\n    token_env: WEIR_TEST_TOKEN_B\n    root: data/b\n    env: [WEIR_TENANT_B_SECRET]\n";
         // SAFETY: set before any thread of this test reads the environment;
         // every test sets the same values.
@@ -569,6 +569,37 @@ mod tests {
         ] {
             let error = admit(dsn).expect_err(dsn);
             assert!(error.contains("source.postgres: "), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_mysql_server_must_be_granted_to_the_tenant_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let a = Tenant::open(&host, "a").unwrap();
+        let mysql = |host: &str, port: u16| {
+            pipeline("").replace(
+                "source: { generator: { seed: 1 } }",
+                &format!(
+                    "source: {{ mysql: {{ host: \"{host}\", port: {port}, user: u, server_id: 9, tables: [\"d.*\"] }} }}"
+                ),
+            )
+        };
+        a.admit("p", &mysql("my.a.example", 3306), Path::new("p.yaml"))
+            .unwrap();
+        // The Postgres grant does not let a MySQL source reach that server.
+        for (host, port) in [
+            ("db.a.example", 5432),
+            ("my.a.example", 3307),
+            ("my.b.example", 3306),
+        ] {
+            let error = a
+                .admit("p", &mysql(host, port), Path::new("p.yaml"))
+                .expect_err(host);
+            assert!(
+                error.contains("source.mysql: ") && error.contains("sources.mysql"),
+                "{error}"
+            );
         }
     }
 }

@@ -218,6 +218,9 @@ fn glob(pattern: &str, text: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct MysqlSettings {
     pub config: MysqlConfig,
+    /// The pipeline's id: the stream's start of its first backfill is kept
+    /// under it in `state_dir`.
+    pub pipeline: String,
     /// Tables (`db.table`) the pipeline writes in append mode: they may
     /// lack a key.
     pub append_tables: BTreeSet<String>,
@@ -267,7 +270,8 @@ mod tests {
 
     #[test]
     fn a_wrong_field_is_named() {
-        let cases: [(fn(&mut MysqlConfig), &str); 6] = [
+        type Case = (fn(&mut MysqlConfig), &'static str);
+        let cases: [Case; 6] = [
             (|c| c.server_id = 0, "server_id:"),
             (|c| c.tables.clear(), "tables:"),
             (|c| c.tables = vec!["orders".into()], "tables[0]:"),

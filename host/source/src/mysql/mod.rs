@@ -53,6 +53,7 @@ impl MysqlSource {
     pub fn open(settings: MysqlSettings) -> Result<MysqlSource, SourceError> {
         let MysqlSettings {
             config,
+            pipeline,
             append_tables,
             state_dir,
             io,
@@ -62,8 +63,7 @@ impl MysqlSource {
         setup::check_server(&mut session)?;
         setup::check_privileges(&mut session)?;
         let tables = setup::load_tables(&mut session, &config, &append_tables)?;
-        let start_file =
-            StartFile(state_dir.join(format!("mysql-{}-stream-start.json", config.server_id)));
+        let start_file = StartFile(state_dir.join(format!("mysql-{pipeline}-stream-start.json")));
         Ok(MysqlSource {
             start_file,
             config,

@@ -334,7 +334,9 @@ fn table_key(
          ORDER BY INDEX_NAME <> 'PRIMARY', INDEX_NAME, SEQ_IN_INDEX",
         vec![db.into(), table.into()],
     )?;
-    let mut indexes: Vec<(String, Vec<(String, Option<u64>)>)> = Vec::new();
+    // Each unique index: its name, and its columns with their prefix length.
+    type Index = (String, Vec<(String, Option<u64>)>);
+    let mut indexes: Vec<Index> = Vec::new();
     for (index, column, part) in rows {
         match indexes.last_mut() {
             Some((name, cols)) if *name == index => cols.push((column, part)),

@@ -191,11 +191,11 @@ impl Stream {
                     if emitted.as_ref().is_none_or(|e| *e < pos) {
                         stand = Some(pos);
                     }
-                    if self.done {
-                        if let Some(end) = stand.take() {
-                            *emitted = Some(end.clone());
-                            return Ok(Some(Transaction::of_changes(Vec::new(), end)));
-                        }
+                    if self.done
+                        && let Some(end) = stand.take()
+                    {
+                        *emitted = Some(end.clone());
+                        return Ok(Some(Transaction::of_changes(Vec::new(), end)));
                     }
                 }
                 Item::Failed(error) => {
@@ -242,7 +242,11 @@ impl Stream {
             Err(e @ SourceError::Resume { .. }) => return Err(e),
             Err(e) if e.is_transient() => {
                 let since = *self.lost_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= self.reconnect_timeout {
+                if since.elapsed() >= self.reconnect_timeout
+                    || session
+                        .stop_flag()
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                {
                     return Err(e);
                 }
                 std::thread::sleep(RETRY_DELAY);

@@ -151,7 +151,12 @@ impl Kind {
     /// (numbers, times, bytes); text, enums and sets it orders by their
     /// collation or member number instead.
     pub fn orders_by_value(&self) -> bool {
-        !matches!(self, Kind::Text { .. } | Kind::Enum(_) | Kind::Set(_))
+        match self {
+            Kind::Text { .. } | Kind::Enum(_) | Kind::Set(_) => false,
+            // Read as text: ordered by the text's bytes like text.
+            Kind::Decimal { precision, .. } => *precision <= 38,
+            _ => true,
+        }
     }
 
     /// A literal to compare a key column with a bound parameter in the
@@ -462,7 +467,11 @@ fn latin1(bytes: &[u8]) -> String {
 pub fn show(value: &My) -> String {
     let text = match value {
         My::Bytes(b) => format!("'{}'", String::from_utf8_lossy(&b[..b.len().min(64)])),
-        other => format!("{other:?}"),
+        My::Int(i) => i.to_string(),
+        My::UInt(u) => u.to_string(),
+        My::Float(f) => f.to_string(),
+        My::Double(f) => f.to_string(),
+        other => other.as_sql(false),
     };
     text.chars().take(80).collect()
 }
