@@ -1,15 +1,16 @@
 //! The crash matrix (docs/crash-matrix.md): for every source (the generator,
-//! a real Postgres) and every sink (the positioned fixture, Parquet,
-//! Iceberg), SIGKILL `weir run` at random moments and at every named crash
-//! point, in the backfill and while streaming; restart it until caught up
-//! and compare every destination with the source of truth (the generator's
-//! seed, Postgres itself; Iceberg read by DuckDB), counting duplicates,
-//! gaps and resurrected deletes. Every seventh kill the
-//! host also loses its position store. Kills that did not land where
+//! a real Postgres, a real MariaDB read by the MySQL source) and every sink
+//! (the positioned fixture, Parquet, Iceberg), SIGKILL `weir run` at random
+//! moments and at every named crash point, in the backfill and while
+//! streaming; restart it until caught up and compare every destination
+//! with the source of truth (the generator's seed, Postgres or MariaDB
+//! itself; Iceberg read by DuckDB), counting duplicates, gaps and
+//! resurrected deletes. Every seventh kill the host also loses its
+//! position store. Kills that did not land where
 //! aimed are inconclusive, never a pass.
 //!
 //! Bounded under `cargo test`; scripts/crash-matrix runs it long:
-//! `scripts/crash-matrix --source generator,postgres --sinks
+//! `scripts/crash-matrix --source generator,postgres,mysql --sinks
 //! positioned,parquet,iceberg --kills 200 --seed 42`.
 //!
 //! A test binary of its own, unlike the other areas: it points
@@ -19,9 +20,10 @@
 mod common;
 mod crash_matrix_support;
 mod iceberg_support;
+mod mysql_support;
 mod postgres_support;
 
-use crash_matrix_support::sessions::{run_generator, run_postgres};
+use crash_matrix_support::sessions::{run_generator, run_mysql, run_postgres};
 use crash_matrix_support::{Source, Spec, print_report};
 
 #[test]
@@ -44,6 +46,7 @@ fn every_sink_stays_exact_or_complete_across_kills_at_every_point_of_every_sourc
         .map(|source| match source {
             Source::Generator => run_generator(&spec),
             Source::Postgres => run_postgres(&spec),
+            Source::Mysql => run_mysql(&spec),
         })
         .collect();
     print_report(&spec, &reports);

@@ -4,6 +4,7 @@
 //! one-screen report.
 
 pub mod holdings;
+pub mod mysql;
 pub mod pg;
 mod report;
 pub mod sessions;
@@ -29,6 +30,8 @@ pub use report::print_report;
 pub enum Source {
     Generator,
     Postgres,
+    /// MariaDB through its binlog (the MySQL source).
+    Mysql,
 }
 
 impl Source {
@@ -36,6 +39,7 @@ impl Source {
         match self {
             Source::Generator => "generator",
             Source::Postgres => "postgres",
+            Source::Mysql => "mysql",
         }
     }
 }
@@ -93,7 +97,10 @@ pub struct Spec {
     pub budget: Option<Duration>,
 }
 
-const DEFAULT_KILLS: usize = 10;
+/// Kills per source when WEIR_MATRIX_KILLS is not set: one at each aim.
+const DEFAULT_KILLS_PER_SOURCE: usize = 5;
+/// The sources when WEIR_MATRIX_SOURCES is not set.
+const DEFAULT_SOURCES: &str = "generator,postgres,mysql";
 const DEFAULT_MAX_INCONCLUSIVE_PERCENT: usize = 25;
 
 fn env(name: &str) -> Option<String> {
@@ -103,13 +110,14 @@ fn env(name: &str) -> Option<String> {
 impl Spec {
     pub fn from_env() -> Spec {
         let sources = env("WEIR_MATRIX_SOURCES")
-            .unwrap_or_else(|| "generator,postgres".into())
+            .unwrap_or_else(|| DEFAULT_SOURCES.into())
             .split(',')
             .map(|s| match s.trim() {
                 "generator" => Source::Generator,
                 "postgres" => Source::Postgres,
+                "mysql" => Source::Mysql,
                 other => panic!(
-                    "WEIR_MATRIX_SOURCES: unknown source `{other}` (known: generator, postgres)"
+                    "WEIR_MATRIX_SOURCES: unknown source `{other}` (known: generator, postgres, mysql)"
                 ),
             })
             .collect::<Vec<_>>();
@@ -142,7 +150,10 @@ impl Spec {
                 .parse()
                 .unwrap_or_else(|_| panic!("WEIR_CRASH_SEED={v}: not a whole number"))
         });
-        let kills = number("WEIR_MATRIX_KILLS", DEFAULT_KILLS as u64) as usize;
+        let kills = number(
+            "WEIR_MATRIX_KILLS",
+            (DEFAULT_KILLS_PER_SOURCE * sources.len()) as u64,
+        ) as usize;
         assert!(
             kills >= sources.len(),
             "WEIR_MATRIX_KILLS={kills}: at least one kill per source"

@@ -2,11 +2,12 @@
 //! then kill, restart to caught up and check every sink, again and again.
 //!
 //! Each kill run starts with a backlog (the generator's bound raised, rows
-//! written to Postgres), so the kill can land mid-work; the restart after
-//! it runs until caught up, which is when every sink can be compared with
-//! the whole truth. Postgres' first kills aim at its backfill instead; while
-//! it lasts there is no restart between kills, and each check asks only
-//! that what the sinks hold is right (Postgres is still then).
+//! written to Postgres or MariaDB), so the kill can land mid-work; the
+//! restart after it runs until caught up, which is when every sink can be
+//! compared with the whole truth. A database's first kills aim at its
+//! backfill instead; while it lasts there is no restart between kills, and
+//! each check asks only that what the sinks hold is right (the database is
+//! still then). Postgres and MariaDB run one loop ([`run_database`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,10 +21,11 @@ use super::holdings::{
 };
 use super::{
     Aim, Attempt, Dice, Phase, SinkKind, Source, SourceReport, Spec, aimed_run, exact_positions,
-    pg, phase_of, recover, store_file,
+    mysql, pg, phase_of, recover, store_file,
 };
 use crate::common::{self, SinkBuilder};
 use crate::iceberg_support::Lake;
+use crate::mysql_support::{self, Maria};
 use crate::postgres_support::{self, Pg, PgPipeline};
 
 /// Where each sink of a session keeps its data.
@@ -304,14 +306,85 @@ pub fn run_generator(spec: &Spec) -> SourceReport {
     report
 }
 
+/// What the kill loop of a database source needs of it: Postgres and
+/// MariaDB run the same loop ([`run_database`]), each with its own
+/// database, pipeline file, workload and truth.
+trait DatabaseSource {
+    type Workload: Send + 'static;
+
+    fn source(&self) -> Source;
+    /// The dice stream of the seed this source draws from.
+    fn dice_stream(&self) -> u64;
+    /// The variable that makes the pipeline file end its run once caught
+    /// up (`exit_when_caught_up`).
+    fn exit_variable(&self) -> &'static str;
+    fn shapes(&self) -> Vec<TableShape>;
+    /// A fresh database for `episode` holding the schema and `accounts`
+    /// accounts (with their transfers and lines), and its workload.
+    fn fresh(&mut self, episode: u64, seed: u64, accounts: u64) -> Self::Workload;
+    /// Writes the episode's pipeline file into the destinations' folder:
+    /// the positioned fixture as `exact`, then `extra_sinks`.
+    fn pipeline(
+        &self,
+        destinations: &Destinations,
+        extra_sinks: &str,
+        max_rows: usize,
+    ) -> std::path::PathBuf;
+    /// The backlog a run aimed at the stream starts with.
+    fn backlog(&self, workload: &mut Self::Workload);
+    /// Writes workload transactions on a thread of its own until `stop`.
+    fn writer(
+        &self,
+        workload: Self::Workload,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<Self::Workload>;
+    /// The database's rows, in canonical form.
+    fn truth(&self) -> BTreeMap<String, Truth>;
+    /// A guarantee of the source's own that a kill which landed in the
+    /// stream broke, if any (Postgres: the slot confirmed past a sink).
+    fn broken_after_kill(&self, pipeline: &std::path::Path, sinks: &[SinkKind]) -> Option<String>;
+    /// What a restart must name if it refuses after the position store was
+    /// lost (Postgres: the slot, which cannot replay to a sink without
+    /// positions); None when it must not refuse.
+    fn refusal_names(&self) -> Option<&'static str>;
+}
+
+impl Destinations {
+    /// The `sinks:` entries of the sinks besides the positioned fixture,
+    /// as YAML list items.
+    fn extra_sinks_yaml(&self) -> String {
+        let mut yaml = String::new();
+        for &kind in &self.sinks {
+            let root = self.root(kind);
+            yaml.push_str(&match kind {
+                SinkKind::Positioned => continue, // the pipeline's own `exact`
+                SinkKind::Parquet => format!(
+                    "  - name: {}\n    plugin: {}\n    blob_store: {{ url: {} }}\n    retries: 1\n",
+                    kind.sink_name(),
+                    common::plugin("weir-parquet-sink").display(),
+                    root.display()
+                ),
+                SinkKind::Iceberg => format!(
+                    "  - name: {}\n    plugin: {}\n    blob_store: {{ url: {} }}\n    retries: 2\n    limits: {{ memory_mb: 1024, call_timeout_ms: 120000 }}\n    config: {{ warehouse: \"file://{}\" }}\n",
+                    kind.sink_name(),
+                    common::plugin("weir-iceberg-sink").display(),
+                    root.display(),
+                    root.display()
+                ),
+            });
+        }
+        yaml
+    }
+}
+
 /// Drops the matrix's database and slot when the session ends, even on a
 /// panic, so no slot is left pinning the cluster's WAL.
-struct Database<'a> {
+struct PgDatabase<'a> {
     pg: &'a Pg,
     name: &'static str,
 }
 
-impl Drop for Database<'_> {
+impl Drop for PgDatabase<'_> {
     fn drop(&mut self) {
         let _ = self.pg.try_sql(
             "weir",
@@ -359,37 +432,221 @@ fn acknowledged_ahead(
     None
 }
 
-/// Writes workload transactions until told to stop.
-fn writer(
-    port: String,
+/// The Postgres side: the private cluster's database `weir_matrix`.
+struct Postgres<'a> {
+    pg: &'a Pg,
     db: &'static str,
-    mut workload: pg::Workload,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<pg::Workload> {
-    std::thread::spawn(move || {
-        let pg = Pg { port };
-        while !stop.load(Ordering::Relaxed) {
-            pg.sql(db, &workload.transactions(10));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        workload
-    })
+    dsn: String,
+}
+
+impl DatabaseSource for Postgres<'_> {
+    type Workload = pg::Workload;
+
+    fn source(&self) -> Source {
+        Source::Postgres
+    }
+
+    fn dice_stream(&self) -> u64 {
+        2
+    }
+
+    fn exit_variable(&self) -> &'static str {
+        "WEIR_PG_EXIT"
+    }
+
+    fn shapes(&self) -> Vec<TableShape> {
+        pg::shapes()
+    }
+
+    fn fresh(&mut self, episode: u64, seed: u64, accounts: u64) -> pg::Workload {
+        self.dsn = self.pg.fresh_db(self.db);
+        self.pg.sql(self.db, pg::SCHEMA);
+        self.pg.sql(self.db, &pg::initial_load(accounts));
+        pg::Workload::new(seed.wrapping_add(episode), accounts)
+    }
+
+    fn pipeline(
+        &self,
+        destinations: &Destinations,
+        extra_sinks: &str,
+        max_rows: usize,
+    ) -> std::path::PathBuf {
+        let mut p = PgPipeline::new(&self.dsn, &pg::TABLES);
+        p.chunk_rows = 100;
+        p.max_rows = max_rows;
+        p.extra_sinks = extra_sinks.to_string();
+        p.write(&destinations.dir, &destinations.root(SinkKind::Positioned))
+    }
+
+    fn backlog(&self, workload: &mut pg::Workload) {
+        self.pg.sql(self.db, &workload.transactions(150));
+    }
+
+    fn writer(
+        &self,
+        mut workload: pg::Workload,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<pg::Workload> {
+        let port = self.pg.port.clone();
+        let db = self.db;
+        std::thread::spawn(move || {
+            let pg = Pg { port };
+            while !stop.load(Ordering::Relaxed) {
+                pg.sql(db, &workload.transactions(10));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            workload
+        })
+    }
+
+    fn truth(&self) -> BTreeMap<String, Truth> {
+        pg::truth(self.pg, self.db)
+    }
+
+    fn broken_after_kill(&self, pipeline: &std::path::Path, sinks: &[SinkKind]) -> Option<String> {
+        acknowledged_ahead(self.pg, self.db, &self.dsn, pipeline, sinks)
+    }
+
+    fn refusal_names(&self) -> Option<&'static str> {
+        Some("slot")
+    }
 }
 
 pub fn run_postgres(spec: &Spec) -> SourceReport {
-    let source = Source::Postgres;
+    let pg = postgres_support::cluster();
+    let db = "weir_matrix";
+    let _database = PgDatabase { pg: &pg, name: db };
+    run_database(
+        spec,
+        &mut Postgres {
+            pg: &pg,
+            db,
+            dsn: String::new(),
+        },
+    )
+}
+
+/// The MySQL side: the private MariaDB's database `weir_matrix`, read with
+/// another replica id in each episode. Nothing is acknowledged to the
+/// server (it keeps its binlog by age), so there is no check of what was
+/// released; the database is left on the server at the end, for a look
+/// after a failure (the next session starts it afresh).
+struct MariaDb {
+    maria: Maria,
+    server_id: u32,
+}
+
+impl DatabaseSource for MariaDb {
+    type Workload = mysql::Workload;
+
+    fn source(&self) -> Source {
+        Source::Mysql
+    }
+
+    fn dice_stream(&self) -> u64 {
+        3
+    }
+
+    fn exit_variable(&self) -> &'static str {
+        "WEIR_MY_EXIT"
+    }
+
+    fn shapes(&self) -> Vec<TableShape> {
+        mysql::shapes()
+    }
+
+    fn fresh(&mut self, episode: u64, seed: u64, accounts: u64) -> mysql::Workload {
+        // A replica id per episode (each episode is a new pipeline), none
+        // of the MySQL tests' (51xx to 53xx).
+        self.server_id = 7_700 + episode as u32;
+        self.maria.fresh_db(mysql::DB);
+        self.maria.sql(mysql::DB, mysql::SCHEMA);
+        self.maria.sql(mysql::DB, &mysql::initial_load(accounts));
+        mysql::Workload::new(seed.wrapping_add(episode), accounts)
+    }
+
+    fn pipeline(
+        &self,
+        destinations: &Destinations,
+        extra_sinks: &str,
+        max_rows: usize,
+    ) -> std::path::PathBuf {
+        mysql::pipeline(
+            &self.maria,
+            self.server_id,
+            &destinations.dir,
+            &destinations.root(SinkKind::Positioned),
+            extra_sinks,
+            max_rows,
+        )
+    }
+
+    /// As Postgres' backlog, with a transaction bigger than any batch in
+    /// its middle, so kills land inside one handed on in pieces.
+    fn backlog(&self, workload: &mut mysql::Workload) {
+        let mut sql = workload.transactions(75);
+        sql.push_str(&workload.big_transaction());
+        sql.push_str(&workload.transactions(75));
+        self.maria.sql(mysql::DB, &sql);
+    }
+
+    fn writer(
+        &self,
+        mut workload: mysql::Workload,
+        stop: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<mysql::Workload> {
+        let port = self.maria.port;
+        std::thread::spawn(move || {
+            let maria = Maria { port };
+            while !stop.load(Ordering::Relaxed) {
+                maria.sql(mysql::DB, &workload.transactions(10));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            workload
+        })
+    }
+
+    fn truth(&self) -> BTreeMap<String, Truth> {
+        mysql::truth(&self.maria)
+    }
+
+    fn broken_after_kill(&self, _: &std::path::Path, _: &[SinkKind]) -> Option<String> {
+        None
+    }
+
+    /// A sink without positions is backfilled again from a new snapshot,
+    /// streaming from the first one's binlog coordinates (docs/mysql.md,
+    /// Backfill): there is nothing to refuse.
+    fn refusal_names(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+pub fn run_mysql(spec: &Spec) -> SourceReport {
+    run_database(
+        spec,
+        &mut MariaDb {
+            maria: mysql_support::server(),
+            server_id: 0,
+        },
+    )
+}
+
+/// The kills of a database source: per episode a fresh database, its
+/// first kills aimed at the backfill, the rest at the stream with writes
+/// while the run lives.
+fn run_database<D: DatabaseSource>(spec: &Spec, db: &mut D) -> SourceReport {
+    let source = db.source();
     let mut report = SourceReport {
         source: Some(source),
         ..SourceReport::default()
     };
     let started = Instant::now();
-    let pg = postgres_support::cluster();
-    let db = "weir_matrix";
-    let _database = Database { pg: &pg, name: db };
     let pace = Pace::new(spec, source);
     let tmp = tempfile::tempdir().unwrap();
-    let mut dice = Dice::new(spec.seed, 2);
-    let shapes = pg::shapes();
+    let mut dice = Dice::new(spec.seed, db.dice_stream());
+    let shapes = db.shapes();
+    let exit = [(db.exit_variable(), "true")];
     let aims = Aim::all();
     let mut last_run: Option<Duration> = None;
     let mut episode = 0;
@@ -402,43 +659,17 @@ pub fn run_postgres(spec: &Spec) -> SourceReport {
         let backfill_kills = episode_kills.div_ceil(5);
         let first_attempt = report.attempts.len();
         let accounts = 2_500 * backfill_kills as u64;
-        let dsn = pg.fresh_db(db);
-        pg.sql(db, pg::SCHEMA);
-        pg.sql(db, &pg::initial_load(accounts));
-        let mut workload = Some(pg::Workload::new(spec.seed.wrapping_add(episode), accounts));
+        let mut workload = Some(db.fresh(episode, spec.seed, accounts));
         let dir = tmp.path().join(format!("episode-{episode}"));
         std::fs::create_dir_all(&dir).unwrap();
         let destinations = Destinations {
             dir: dir.clone(),
             sinks: spec.sinks.clone(),
         };
-        let write = |max_rows: usize| {
-            let mut p = PgPipeline::new(&dsn, &pg::TABLES);
-            p.chunk_rows = 100;
-            p.max_rows = max_rows;
-            for &kind in &destinations.sinks {
-                let root = destinations.root(kind);
-                p.extra_sinks.push_str(&match kind {
-                SinkKind::Positioned => continue, // PgPipeline's own `exact`
-                SinkKind::Parquet => format!(
-                    "  - name: {}\n    plugin: {}\n    blob_store: {{ url: {} }}\n    retries: 1\n",
-                    kind.sink_name(),
-                    common::plugin("weir-parquet-sink").display(),
-                    root.display()
-                ),
-                SinkKind::Iceberg => format!(
-                    "  - name: {}\n    plugin: {}\n    blob_store: {{ url: {} }}\n    retries: 2\n    limits: {{ memory_mb: 1024, call_timeout_ms: 120000 }}\n    config: {{ warehouse: \"file://{}\" }}\n",
-                    kind.sink_name(),
-                    common::plugin("weir-iceberg-sink").display(),
-                    root.display(),
-                    root.display()
-                ),
-            });
-            }
-            p.write(&dir, &destinations.root(SinkKind::Positioned))
-        };
+        let extra_sinks = destinations.extra_sinks_yaml();
+        let write = |max_rows: usize| db.pipeline(&destinations, &extra_sinks, max_rows);
         let mut in_backfill = true;
-        let mut truth = pg::truth(&pg, db);
+        let mut truth = db.truth();
         for _ in 0..episode_kills {
             if !report.problems.is_empty() {
                 break 'episodes;
@@ -469,8 +700,8 @@ pub fn run_postgres(spec: &Spec) -> SourceReport {
             let stop = Arc::new(AtomicBool::new(false));
             let running_writer = (aimed_phase == Phase::Stream).then(|| {
                 let mut w = workload.take().unwrap();
-                pg.sql(db, &w.transactions(150));
-                writer(pg.port.clone(), db, w, stop.clone())
+                db.backlog(&mut w);
+                db.writer(w, stop.clone())
             });
             let delay = random_delay(&mut dice, last_run);
             let hit = dice.between(1, 8);
@@ -497,12 +728,11 @@ pub fn run_postgres(spec: &Spec) -> SourceReport {
             }
             let landed_in = phase_of(&after);
             if landed_in == Phase::Stream
-                && let Some(ahead) =
-                    acknowledged_ahead(&pg, db, &dsn, &pipeline, &destinations.sinks)
+                && let Some(broken) = db.broken_after_kill(&pipeline, &destinations.sinks)
             {
                 report
                     .problems
-                    .push(format!("after kill {number}: {ahead}"));
+                    .push(format!("after kill {number}: {broken}"));
             }
             if landing.is_ok() && landed_in != aimed_phase {
                 landing = Err(format!(
@@ -537,22 +767,26 @@ pub fn run_postgres(spec: &Spec) -> SourceReport {
             write(recover_rows);
             // Every seventh kill, the host also loses its position store. The
             // sinks with positions answer for themselves; a sink without starts
-            // from nothing, which the slot cannot replay: the restart must
-            // either catch that sink up (a new backfill: replays, checked
-            // below) or refuse, naming the slot, and then the store is put
-            // back and the matrix goes on. Never may it skip ahead silently.
+            // from nothing. The restart must catch that sink up (Postgres: a
+            // new backfill, or a refusal naming the slot, which cannot replay
+            // that far, and then the store is put back and the matrix goes on;
+            // MySQL: a new backfill streaming from the first one's start).
+            // Never may it skip ahead silently: the check below sees replays.
             if number % 7 == 3 && landed_in == Phase::Stream {
                 attempt.store_lost = true;
                 let store = store_file(&dir);
                 let kept = dir.join("positions.kept");
                 std::fs::copy(&store, &kept).expect("a copy of the position store");
                 std::fs::remove_file(&store).unwrap();
-                match recover(&pipeline, &[("WEIR_PG_EXIT", "true")]) {
-                    Err(output) if destinations.sinks.iter().any(|s| !s.exactly_once()) => {
+                let refusal = db
+                    .refusal_names()
+                    .filter(|_| destinations.sinks.iter().any(|s| !s.exactly_once()));
+                match (recover(&pipeline, &exit), refusal) {
+                    (Err(output), Some(name)) => {
                         let said = output
                             .lines()
-                            .find(|l| l.contains("slot"))
-                            .unwrap_or("(no line names the slot)")
+                            .find(|l| l.contains(name))
+                            .unwrap_or("(no line names it)")
                             .trim()
                             .chars()
                             .take(240)
@@ -560,20 +794,25 @@ pub fn run_postgres(spec: &Spec) -> SourceReport {
                         report.boundary.push(format!(
                             "kill {number}: store deleted -> the restart refused: {said}"
                         ));
-                        if !output.contains("slot") {
+                        if !output.contains(name) {
                             report.problems.push(format!(
-                            "after kill {number} the store was deleted and the restart failed without naming the slot: {output}"
-                        ));
+                                "after kill {number} the store was deleted and the restart failed without naming the {name}: {output}"
+                            ));
                         }
                         std::fs::rename(&kept, &store).unwrap();
                     }
-                    Err(output) => {
+                    (Err(output), None) => {
+                        let why = if db.refusal_names().is_some() {
+                            "though every sink keeps its own position"
+                        } else {
+                            "though the source can backfill a sink without positions again"
+                        };
                         report.problems.push(format!(
-                        "after kill {number} the store was deleted and the restart failed, though every sink keeps its own position: {output}"
-                    ));
+                            "after kill {number} the store was deleted and the restart failed, {why}: {output}"
+                        ));
                         break 'episodes;
                     }
-                    Ok(took) => {
+                    (Ok(took), _) => {
                         attempt.recovery = Some(took);
                         report.boundary.push(format!(
                             "kill {number}: store deleted -> the restart caught up in {:.1}s",
@@ -582,7 +821,7 @@ pub fn run_postgres(spec: &Spec) -> SourceReport {
                     }
                 }
             }
-            match recover(&pipeline, &[("WEIR_PG_EXIT", "true")]) {
+            match recover(&pipeline, &exit) {
                 Ok(took) => {
                     let took = *attempt.recovery.get_or_insert(took);
                     last_run = Some(took);
@@ -598,7 +837,7 @@ pub fn run_postgres(spec: &Spec) -> SourceReport {
             let store_lost = attempt.store_lost;
             report.attempts.push(attempt);
             let checking = Instant::now();
-            truth = pg::truth(&pg, db);
+            truth = db.truth();
             let last = pace.stop(&report).is_some();
             let reader = if last { final_reader() } else { "duckdb" };
             let found = destinations.check(&shapes, &truth, reader, false);

@@ -6,8 +6,10 @@ mod common;
 #[path = "../mysql_support/mod.rs"]
 mod mysql_support;
 
+mod bench;
 mod cdc;
 mod kills;
+mod schema;
 mod settings;
 mod smoke;
 mod stops;

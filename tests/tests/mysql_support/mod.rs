@@ -375,6 +375,7 @@ impl MyTable {
 
     /// The positioned sink's rows after its changes in position order (a
     /// delete removes the key), and how many changes it holds twice.
+    /// Columns a batch lacks read as null.
     pub fn sink_rows(&self, root: &Path) -> (Rows, usize) {
         let mut log: Vec<(Vec<u8>, String, Vec<Option<String>>)> = Vec::new();
         for batch in common::read_positioned(root, &self.name()) {
@@ -392,10 +393,9 @@ impl MyTable {
                 let values = self
                     .columns
                     .iter()
+                    // Batches from before a column was added lack it: null.
                     .map(|(name, canon)| {
-                        let array = batch.column_by_name(name).unwrap_or_else(|| {
-                            panic!("{}: no column {name} in the sink", self.name())
-                        });
+                        let array = batch.column_by_name(name)?;
                         canon.render(&common::value_at(array.as_ref(), row))
                     })
                     .collect();

@@ -229,41 +229,16 @@ fn load_table(
     table: String,
 ) -> Result<Table, SourceError> {
     let name = format!("{db}.{table}");
-    type ColumnRow = (
-        String,
-        String,
-        String,
-        Option<u64>,
-        Option<u64>,
-        Option<String>,
-        Option<u64>,
-        String,
-    );
     let rows: Vec<ColumnRow> = session.exec(
         &format!("reading the columns of {name}"),
-        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, \
-         CHARACTER_SET_NAME, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE \
-         FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
-         ORDER BY ORDINAL_POSITION",
+        COLUMNS_SQL,
         vec![db.clone().into(), table.clone().into()],
     )?;
     let mut columns = Vec::new();
     let mut kinds = Vec::new();
-    for (column, data_type, column_type, precision, scale, charset, length, nullable) in rows {
-        let kind = Kind::of_column(
-            &data_type.to_ascii_lowercase(),
-            &column_type.to_ascii_lowercase(),
-            precision,
-            scale,
-            charset.as_deref(),
-            length,
-        )
-        .map_err(|e| SourceError::Config(format!("table {name}, column `{column}`: {e}")))?;
-        columns.push(Column {
-            name: column,
-            data_type: kind.data_type(),
-            nullable: nullable == "YES",
-        });
+    for row in rows {
+        let (column, kind) = column_of(&name, row)?;
+        columns.push(column);
         kinds.push(kind);
     }
     // SELECT on the table, checked now rather than in the middle of a backfill.
@@ -317,6 +292,46 @@ fn load_table(
         kinds,
         schema,
     })
+}
+
+/// A table's columns in order, as `information_schema` describes them.
+pub(super) const COLUMNS_SQL: &str = "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, \
+     NUMERIC_SCALE, CHARACTER_SET_NAME, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE \
+     FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+     ORDER BY ORDINAL_POSITION";
+
+/// A row of [`COLUMNS_SQL`].
+pub(super) type ColumnRow = (
+    String,
+    String,
+    String,
+    Option<u64>,
+    Option<u64>,
+    Option<String>,
+    Option<u64>,
+    String,
+);
+
+/// The column and its kind from a row of [`COLUMNS_SQL`] of table `name`.
+pub(super) fn column_of(name: &str, row: ColumnRow) -> Result<(Column, Kind), SourceError> {
+    let (column, data_type, column_type, precision, scale, charset, length, nullable) = row;
+    let kind = Kind::of_column(
+        &data_type.to_ascii_lowercase(),
+        &column_type.to_ascii_lowercase(),
+        precision,
+        scale,
+        charset.as_deref(),
+        length,
+    )
+    .map_err(|e| SourceError::Config(format!("table {name}, column `{column}`: {e}")))?;
+    Ok((
+        Column {
+            name: column,
+            data_type: kind.data_type(),
+            nullable: nullable == "YES",
+        },
+        kind,
+    ))
 }
 
 /// The primary key, else the first unique key whose columns are all NOT

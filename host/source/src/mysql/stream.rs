@@ -10,12 +10,14 @@
 //! A transaction runs from its GTID event (MariaDB; `BEGIN` elsewhere) to
 //! its XID event (or `COMMIT`); DDL comes as a statement of its own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
+use mysql_async::binlog::events::{
+    Event, EventData, OptionalMetadataField, RowsEventData, TableMapEvent,
+};
 use mysql_async::binlog::row::BinlogRow;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::*;
@@ -24,7 +26,8 @@ use tokio::sync::mpsc;
 
 use super::position::{BinlogCoord, describe};
 use super::session::Session;
-use super::setup::{Table, file_of};
+use super::session::server_error;
+use super::setup::{COLUMNS_SQL, ColumnRow, Table, column_of, file_of};
 use super::types::{Origin, convert};
 use crate::SourceError;
 use crate::change::{Change, Op, TableSchema, Transaction, Value};
@@ -60,6 +63,8 @@ enum Item {
     /// The connection was lost; read again from `restart` (the start of
     /// the transaction that was open, or the boundary reached).
     Lost { error: String, restart: BinlogCoord },
+    /// A table gained columns (ADD COLUMN): a later connection reads it so.
+    Evolved { index: usize, table: TableInfo },
 }
 
 /// What the reading task works with.
@@ -75,6 +80,7 @@ struct ReaderSetup {
 }
 
 /// A table as the reading task needs it.
+#[derive(Clone)]
 struct TableInfo {
     db: String,
     table: String,
@@ -198,6 +204,9 @@ impl Stream {
                         return Ok(Some(Transaction::of_changes(Vec::new(), end)));
                     }
                 }
+                Item::Evolved { index, table } => {
+                    Arc::make_mut(&mut self.tables)[index] = table;
+                }
                 Item::Failed(error) => {
                     self.disconnect();
                     return Err(error);
@@ -305,7 +314,8 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
         file_number: setup.from.file,
         open: None,
         maps: HashMap::new(),
-        tables: setup.tables.clone(),
+        tables: setup.tables.as_ref().clone(),
+        may_have_dropped: HashSet::new(),
         skip: setup.skip,
         limits: setup.limits,
         boundary: setup.from,
@@ -334,6 +344,8 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
         }
     };
     let mut stream = stream;
+    // A query connection, opened when a table's catalog must be read.
+    let mut catalog: Option<Conn> = None;
     // The server sends a heartbeat at least this often: silence for
     // longer is a dead connection, however quiet the database.
     let silence = setup.heartbeat * 3 + Duration::from_secs(5);
@@ -379,8 +391,33 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
                 return;
             }
         };
-        let items = match reader.on_event(&event, |id| stream.get_tme(id)) {
-            Ok(items) => items,
+        let mut step = reader.on_event(&event, |id| stream.get_tme(id));
+        if let Ok(Step::Fetch { index, names }) = step {
+            // A table map with columns added at the end: what they are,
+            // from the server's catalog, then the event again.
+            step = match fetch_added(&setup.opts, &mut catalog, &reader.tables[index], &names).await
+            {
+                Ok(table) => {
+                    reader.tables[index] = table.clone();
+                    if out.send(Item::Evolved { index, table }).await.is_err() {
+                        return;
+                    }
+                    reader.on_event(&event, |id| stream.get_tme(id))
+                }
+                Err(e) => Err(e),
+            };
+        }
+        let items = match step {
+            Ok(Step::Items(items)) => items,
+            Ok(Step::Fetch { index, .. }) => {
+                let name = reader.tables[index].schema.name.clone();
+                let _ = out
+                    .send(Item::Failed(SourceError::Invalid(format!(
+                        "{name}: the columns added in the binlog could not be matched with the catalog"
+                    ))))
+                    .await;
+                return;
+            }
             Err(e) => {
                 let _ = out.send(Item::Failed(e)).await;
                 return;
@@ -392,6 +429,66 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
             }
         }
     }
+}
+
+/// What one binlog event asks of the reading task.
+enum Step {
+    Items(Vec<Item>),
+    /// A table map names the table's known columns and more after them:
+    /// read the catalog for what the added ones are.
+    Fetch {
+        index: usize,
+        names: Vec<String>,
+    },
+}
+
+/// `table` with the columns a table map added after its known ones
+/// (`names`: all of the map's), as the server's catalog describes them now.
+/// The catalog must still start with exactly those columns: if the table
+/// changed again since, which columns the map meant cannot be told.
+async fn fetch_added(
+    opts: &mysql_async::Opts,
+    catalog: &mut Option<Conn>,
+    table: &TableInfo,
+    names: &[String],
+) -> Result<TableInfo, SourceError> {
+    let name = &table.schema.name;
+    if catalog.is_none() {
+        let conn = Conn::new(opts.clone())
+            .await
+            .map_err(|e| server_error(&format!("reading the columns of {name}"), e))?;
+        *catalog = Some(conn);
+    }
+    let conn = catalog.as_mut().expect("connected above");
+    let rows: Vec<ColumnRow> = conn
+        .exec(COLUMNS_SQL, (table.db.clone(), table.table.clone()))
+        .await
+        .map_err(|e| server_error(&format!("reading the columns of {name}"), e))?;
+    let now: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    if now.len() < names.len() || now[..names.len()] != names[..] {
+        return Err(SourceError::Invalid(format!(
+            "{name}: the binlog adds columns ({}), but the table has changed again since (it now \
+             has {}): the columns cannot be told apart. Back the table up again under a new \
+             pipeline id",
+            names.join(", "),
+            now.join(", ")
+        )));
+    }
+    let mut evolved = table.clone();
+    let mut schema = (*table.schema).clone();
+    for row in rows.into_iter().take(names.len()).skip(table.kinds.len()) {
+        let (mut column, kind) = column_of(name, row)?;
+        // Rows written before the column was added read null there.
+        column.nullable = true;
+        tracing::info!(
+            "{name}: column `{}` added; the sinks get it from here on",
+            column.name
+        );
+        schema.columns.push(column);
+        evolved.kinds.push(kind);
+    }
+    evolved.schema = Arc::new(schema);
+    Ok(evolved)
 }
 
 async fn start(setup: &ReaderSetup) -> Result<mysql_async::BinlogStream, mysql_async::Error> {
@@ -426,8 +523,12 @@ struct Reader {
     open: Option<Open>,
     /// Table ids of the binlog's table maps: the table read, or None for
     /// a table not read.
-    maps: HashMap<u64, Option<usize>>,
-    tables: Arc<Vec<TableInfo>>,
+    maps: HashMap<u64, Option<Mapped>>,
+    tables: Vec<TableInfo>,
+    /// Tables an ALTER that may drop or change columns was seen for: a map
+    /// with fewer columns than known is then a drop, not a replay of rows
+    /// from before an ADD COLUMN.
+    may_have_dropped: HashSet<usize>,
     skip: Option<BinlogCoord>,
     limits: PieceLimits,
     /// The last boundary between transactions the reader passed.
@@ -454,7 +555,7 @@ impl Reader {
         &mut self,
         event: &Event,
         tme: impl Fn(u64) -> Option<&'s TableMapEvent<'static>>,
-    ) -> Result<Vec<Item>, SourceError> {
+    ) -> Result<Step, SourceError> {
         let header = event.header();
         let end = header.log_pos();
         let start = end.saturating_sub(header.event_size());
@@ -462,17 +563,17 @@ impl Reader {
         if kind == MARIADB_GTID_EVENT {
             let flags = event.data().get(12).copied().unwrap_or(0);
             self.begin(start, header.timestamp(), flags & GTID_STANDALONE != 0);
-            return Ok(Vec::new());
+            return Ok(Step::Items(Vec::new()));
         }
         if kind == HEARTBEAT_EVENT {
             if self.open.is_none() && end > 0 {
                 let at = self.coord(end);
                 if at >= self.boundary {
                     self.boundary = at;
-                    return Ok(vec![Item::Stand(at)]);
+                    return Ok(Step::Items(vec![Item::Stand(at)]));
                 }
             }
-            return Ok(Vec::new());
+            return Ok(Step::Items(Vec::new()));
         }
         let data = event.read_data().map_err(|e| {
             SourceError::Invalid(format!(
@@ -484,7 +585,9 @@ impl Reader {
             // The server's first event is a made-up rotate to the file asked
             // for, sent before the format event that says checksums are on:
             // its name would carry the checksum's bytes. The file is known.
-            Some(EventData::RotateEvent(_)) if end == 0 => Ok(vec![Item::Stand(self.boundary)]),
+            Some(EventData::RotateEvent(_)) if end == 0 => {
+                Ok(Step::Items(vec![Item::Stand(self.boundary)]))
+            }
             Some(EventData::RotateEvent(rotate)) => {
                 self.file = rotate.name().into_owned();
                 self.file_number =
@@ -492,7 +595,7 @@ impl Reader {
                 let offset = u32::try_from(rotate.position()).unwrap_or(4);
                 self.boundary = self.coord(offset);
                 self.maps.clear();
-                Ok(vec![Item::Stand(self.boundary)])
+                Ok(Step::Items(vec![Item::Stand(self.boundary)]))
             }
             Some(EventData::QueryEvent(query)) => {
                 let text = query.query();
@@ -501,44 +604,61 @@ impl Reader {
                     if self.open.is_none() {
                         self.begin(start, header.timestamp(), false);
                     }
-                    return Ok(Vec::new());
+                    return Ok(Step::Items(Vec::new()));
                 }
                 if statement.eq_ignore_ascii_case("COMMIT") {
-                    return Ok(self.commit(end));
+                    return Ok(Step::Items(self.commit(end)));
                 }
-                if let Some(table) = self.ddl_target(&query.schema(), statement) {
-                    let at = self.open.as_ref().map_or(self.coord(start), |o| o.start);
-                    if self.skip == Some(at) {
-                        tracing::warn!(
-                            "leaving out the statement at {} on {table}, as skip_transaction_at says",
-                            self.where_(at)
-                        );
-                    } else {
-                        return Err(SourceError::Invalid(format!(
-                            "`{}` at {} changes table {table}, which the MySQL source does not \
-                             follow while streaming yet: finish the change downstream by hand and \
-                             set source.mysql.skip_transaction_at: \"{}\" to go on past it, or \
-                             back the table up again under a new pipeline id",
-                            clip(statement),
-                            self.where_(at),
-                            self.where_(at)
-                        )));
+                match self.ddl(&query.schema(), statement) {
+                    None => {}
+                    Some((index, Ddl::Alter { may_drop })) => {
+                        // Its effect shows in the table maps that follow.
+                        if may_drop {
+                            self.may_have_dropped.insert(index);
+                        }
+                    }
+                    Some((index, Ddl::Stop)) => {
+                        let table = self.tables[index].schema.name.clone();
+                        let at = self.open.as_ref().map_or(self.coord(start), |o| o.start);
+                        if self.skip == Some(at) {
+                            tracing::warn!(
+                                "leaving out the statement at {} on {table}, as skip_transaction_at says",
+                                self.where_(at)
+                            );
+                        } else {
+                            return Err(SourceError::Invalid(format!(
+                                "`{}` at {} changes table {table} in a way the sinks cannot \
+                                 follow (its rows would stay there, or reach them under another \
+                                 name): bring the destination in line by hand and set \
+                                 source.mysql.skip_transaction_at: \"{}\" to go on past it, or \
+                                 back the table up again under a new pipeline id",
+                                clip(statement),
+                                self.where_(at),
+                                self.where_(at)
+                            )));
+                        }
                     }
                 }
                 if self.open.as_ref().is_some_and(|o| o.standalone) {
-                    return Ok(self.commit(end));
+                    return Ok(Step::Items(self.commit(end)));
                 }
-                Ok(Vec::new())
+                Ok(Step::Items(Vec::new()))
             }
-            Some(EventData::XidEvent(_)) => Ok(self.commit(end)),
-            Some(EventData::TableMapEvent(map)) => {
-                let index = self.map_table(&map)?;
-                self.maps.insert(map.table_id(), index);
-                Ok(Vec::new())
-            }
+            Some(EventData::XidEvent(_)) => Ok(Step::Items(self.commit(end))),
+            Some(EventData::TableMapEvent(map)) => match self.map_table(&map)? {
+                MapOutcome::NotRead => {
+                    self.maps.insert(map.table_id(), None);
+                    Ok(Step::Items(Vec::new()))
+                }
+                MapOutcome::Read(mapped) => {
+                    self.maps.insert(map.table_id(), Some(mapped));
+                    Ok(Step::Items(Vec::new()))
+                }
+                MapOutcome::Added { index, names } => Ok(Step::Fetch { index, names }),
+            },
             Some(EventData::RowsEvent(rows)) => {
-                let Some(Some(index)) = self.maps.get(&rows.table_id()).copied() else {
-                    return Ok(Vec::new());
+                let Some(Some(mapped)) = self.maps.get(&rows.table_id()).copied() else {
+                    return Ok(Step::Items(Vec::new()));
                 };
                 let map = tme(rows.table_id()).ok_or_else(|| {
                     SourceError::Invalid(format!(
@@ -546,9 +666,9 @@ impl Reader {
                         self.file
                     ))
                 })?;
-                self.on_rows(index, &rows, map, start)
+                self.on_rows(mapped, &rows, map, start).map(Step::Items)
             }
-            _ => Ok(Vec::new()),
+            _ => Ok(Step::Items(Vec::new())),
         }
     }
 
@@ -591,9 +711,11 @@ impl Reader {
         }]
     }
 
-    /// The table a table map names, if it is read, after checking that its
-    /// columns are the ones the source knows.
-    fn map_table(&self, map: &TableMapEvent<'_>) -> Result<Option<usize>, SourceError> {
+    /// What a table map means for a table the source reads: its columns
+    /// as known (or the known ones but the last few, from before an ADD
+    /// COLUMN), columns added after the known ones, or a change of shape
+    /// the sinks cannot follow (an error that names it).
+    fn map_table(&self, map: &TableMapEvent<'_>) -> Result<MapOutcome, SourceError> {
         let db = map.database_name();
         let name = map.table_name();
         let Some(index) = self
@@ -601,20 +723,31 @@ impl Reader {
             .iter()
             .position(|t| t.db == db && t.table == name)
         else {
-            return Ok(None);
+            return Ok(MapOutcome::NotRead);
         };
         let table = &self.tables[index];
         let mut names = Vec::new();
+        let mut unsigned: Vec<bool> = Vec::new();
         for field in map.iter_optional_meta() {
-            if let Ok(mysql_async::binlog::events::OptionalMetadataField::ColumnName(columns)) =
-                field
-            {
-                for column in columns.iter_names() {
-                    let column =
-                        column.map_err(|e| SourceError::Invalid(format!("{db}.{name}: {e}")))?;
-                    names.push(column.name().into_owned());
+            match field {
+                Ok(OptionalMetadataField::ColumnName(columns)) => {
+                    for column in columns.iter_names() {
+                        let column = column
+                            .map_err(|e| SourceError::Invalid(format!("{db}.{name}: {e}")))?;
+                        names.push(column.name().into_owned());
+                    }
                 }
+                Ok(OptionalMetadataField::Signedness(bits)) => {
+                    unsigned = bits.iter().map(|b| *b).collect();
+                }
+                _ => {}
             }
+        }
+        if names.is_empty() {
+            return Err(SourceError::Config(format!(
+                "the binlog's table map of {db}.{name} names no columns: set \
+                 binlog_row_metadata=FULL on the server"
+            )));
         }
         let known: Vec<&str> = table
             .schema
@@ -622,31 +755,70 @@ impl Reader {
             .iter()
             .map(|c| c.name.as_str())
             .collect();
-        if names.is_empty() {
-            return Err(SourceError::Config(format!(
-                "the binlog's table map of {db}.{name} names no columns: set \
-                 binlog_row_metadata=FULL on the server"
-            )));
-        }
-        if names != known {
-            return Err(SourceError::Invalid(format!(
-                "table {db}.{name} has columns ({}) in the binlog where the source knows ({}): \
-                 its shape changed, which the MySQL source does not follow yet; back the table \
-                 up again under a new pipeline id",
+        let shared = names.len().min(known.len());
+        let changed = |what: String| {
+            SourceError::Invalid(format!(
+                "table {db}.{name}: {what}, which the sinks cannot follow (only columns added at \
+                 the end can be carried). Bring the destination in line by hand and back the \
+                 table up again under a new pipeline id"
+            ))
+        };
+        if names[..shared] != known[..shared] {
+            return Err(changed(format!(
+                "its columns are ({}) in the binlog where the source knows ({})",
                 names.join(", "),
                 known.join(", ")
             )));
         }
-        Ok(Some(index))
+        if names.len() < known.len() && self.may_have_dropped.contains(&index) {
+            return Err(changed(format!(
+                "column `{}` was dropped (the binlog now has ({}))",
+                known[names.len()],
+                names.join(", ")
+            )));
+        }
+        // Each shared column must still be of the kind the source reads it as.
+        let mut numeric = 0;
+        for (i, kind) in table.kinds.iter().enumerate().take(shared) {
+            let Ok(Some(ty)) = map.get_column_type(i) else {
+                return Err(changed(format!(
+                    "column `{}` has no type in the binlog",
+                    known[i]
+                )));
+            };
+            let meta = map.get_column_metadata(i).unwrap_or(&[]);
+            let is_unsigned = if ty.is_numeric_type() {
+                numeric += 1;
+                unsigned.get(numeric - 1).copied().unwrap_or(false)
+            } else {
+                false
+            };
+            if !kind.logged_as(ty, meta, is_unsigned) {
+                return Err(changed(format!(
+                    "column `{}` is now logged as {ty:?}{} where the source reads it as {kind:?} \
+                     (its type was changed)",
+                    known[i],
+                    if is_unsigned { " unsigned" } else { "" }
+                )));
+            }
+        }
+        if names.len() > known.len() {
+            return Ok(MapOutcome::Added { index, names });
+        }
+        Ok(MapOutcome::Read(Mapped {
+            index,
+            width: names.len(),
+        }))
     }
 
     fn on_rows(
         &mut self,
-        index: usize,
+        mapped: Mapped,
         rows: &RowsEventData<'_>,
         map: &TableMapEvent<'_>,
         at: u32,
     ) -> Result<Vec<Item>, SourceError> {
+        let Mapped { index, width } = mapped;
         let table = self.tables[index].schema.clone();
         let kinds = &self.tables[index].kinds;
         let here = self.coord(at);
@@ -666,6 +838,10 @@ impl Reader {
             })?;
             (0..kinds.len())
                 .map(|i| {
+                    if i >= width {
+                        // Written before the column was added.
+                        return Ok(Value::Null);
+                    }
                     let raw = match row.take(i) {
                         Some(BinlogValue::Value(v)) => v,
                         Some(json @ BinlogValue::Jsonb(_)) => mysql_async::Value::try_from(json)
@@ -773,31 +949,65 @@ impl Reader {
         Ok(out)
     }
 
-    /// The table a DDL statement changes, if it is one the source reads.
-    fn ddl_target(&self, schema: &str, statement: &str) -> Option<String> {
+    /// The table a DDL statement changes, if it is one the source reads,
+    /// and what that means: an ALTER shows in the table maps that follow; a
+    /// TRUNCATE, DROP or RENAME of the table cannot reach the sinks.
+    fn ddl(&self, schema: &str, statement: &str) -> Option<(usize, Ddl)> {
         let lower = statement.to_ascii_lowercase();
         let words: Vec<&str> = lower.split_whitespace().take(2).collect();
-        let is_ddl = matches!(
-            words.as_slice(),
-            ["alter", ..] | ["drop", ..] | ["rename", ..] | ["truncate", ..] | ["create", "or"]
-        );
-        if !is_ddl {
-            return None;
-        }
         let tokens: Vec<String> = lower
             .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$' || c == '.' || c == '`'))
             .filter(|t| !t.is_empty())
             .map(|t| t.replace('`', ""))
             .collect();
-        self.tables.iter().find_map(|t| {
+        let kind = match words.as_slice() {
+            ["alter", "table", ..] | ["alter", "ignore", ..] | ["alter", "online", ..] => {
+                if tokens.iter().any(|t| t == "rename") {
+                    Ddl::Stop
+                } else {
+                    Ddl::Alter {
+                        may_drop: tokens
+                            .iter()
+                            .any(|t| matches!(t.as_str(), "drop" | "change" | "modify")),
+                    }
+                }
+            }
+            ["drop", ..] | ["rename", ..] | ["truncate", ..] | ["create", "or"] => Ddl::Stop,
+            _ => return None,
+        };
+        let index = self.tables.iter().position(|t| {
             let qualified = format!("{}.{}", t.db, t.table).to_ascii_lowercase();
             let bare = t.table.to_ascii_lowercase();
-            let named = tokens.iter().any(|tok| {
+            tokens.iter().any(|tok| {
                 *tok == qualified || (*tok == bare && schema.eq_ignore_ascii_case(&t.db))
-            });
-            named.then(|| format!("{}.{}", t.db, t.table))
-        })
+            })
+        })?;
+        Some((index, kind))
     }
+}
+
+/// What a DDL statement on a table read means for the stream.
+#[derive(Debug, PartialEq)]
+enum Ddl {
+    /// The table maps after it show what changed.
+    Alter {
+        may_drop: bool,
+    },
+    Stop,
+}
+
+/// A table map of a table the source reads: which table, and how many of
+/// its known columns the rows carry (fewer: rows from before an ADD COLUMN).
+#[derive(Clone, Copy, Debug)]
+struct Mapped {
+    index: usize,
+    width: usize,
+}
+
+enum MapOutcome {
+    NotRead,
+    Read(Mapped),
+    Added { index: usize, names: Vec<String> },
 }
 
 fn value_bytes(value: &Value) -> usize {
@@ -831,12 +1041,13 @@ mod tests {
             file_number: 1,
             open: None,
             maps: HashMap::new(),
-            tables: Arc::new(vec![TableInfo {
+            may_have_dropped: HashSet::new(),
+            tables: vec![TableInfo {
                 db: "shop".into(),
                 table: "orders".into(),
                 kinds: Vec::new(),
                 schema,
-            }]),
+            }],
             skip: None,
             limits: PieceLimits::default(),
             boundary: BinlogCoord { file: 1, offset: 4 },
@@ -846,32 +1057,43 @@ mod tests {
     #[test]
     fn ddl_on_a_table_read_is_told_from_other_statements() {
         let r = reader();
+        let alter = |may_drop| Some((0, Ddl::Alter { may_drop }));
         assert_eq!(
-            r.ddl_target("shop", "ALTER TABLE orders ADD COLUMN x int"),
-            Some("shop.orders".into())
+            r.ddl("shop", "ALTER TABLE orders ADD COLUMN x int"),
+            alter(false)
         );
         assert_eq!(
-            r.ddl_target("other", "alter table `shop`.`orders` drop column x"),
-            Some("shop.orders".into())
+            r.ddl("other", "alter table `shop`.`orders` drop column x"),
+            alter(true)
         );
         assert_eq!(
-            r.ddl_target("x", "TRUNCATE TABLE shop.orders"),
-            Some("shop.orders".into())
+            r.ddl("shop", "ALTER TABLE orders MODIFY x bigint"),
+            alter(true)
         );
         assert_eq!(
-            r.ddl_target("shop", "RENAME TABLE orders TO old_orders"),
-            Some("shop.orders".into())
+            r.ddl("shop", "ALTER TABLE orders RENAME TO old_orders"),
+            Some((0, Ddl::Stop))
         );
         assert_eq!(
-            r.ddl_target("other", "ALTER TABLE orders ADD COLUMN x int"),
-            None
+            r.ddl("shop", "ALTER TABLE orders RENAME COLUMN a TO b"),
+            Some((0, Ddl::Stop))
         );
         assert_eq!(
-            r.ddl_target("shop", "ALTER TABLE orders_archive ADD x int"),
-            None
+            r.ddl("x", "TRUNCATE TABLE shop.orders"),
+            Some((0, Ddl::Stop))
         );
-        assert_eq!(r.ddl_target("shop", "CREATE TABLE t (orders int)"), None);
-        assert_eq!(r.ddl_target("shop", "INSERT INTO orders VALUES (1)"), None);
+        assert_eq!(
+            r.ddl("shop", "DROP TABLE IF EXISTS orders"),
+            Some((0, Ddl::Stop))
+        );
+        assert_eq!(
+            r.ddl("shop", "RENAME TABLE orders TO old_orders"),
+            Some((0, Ddl::Stop))
+        );
+        assert_eq!(r.ddl("other", "ALTER TABLE orders ADD COLUMN x int"), None);
+        assert_eq!(r.ddl("shop", "ALTER TABLE orders_archive ADD x int"), None);
+        assert_eq!(r.ddl("shop", "CREATE TABLE t (orders int)"), None);
+        assert_eq!(r.ddl("shop", "INSERT INTO orders VALUES (1)"), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use arrow_schema::{DataType, TimeUnit};
 use mysql_async::Value as My;
+use mysql_async::consts::ColumnType;
 
 use crate::change::{UTC_ZONE, Value};
 use crate::postgres::decode::{days_from_civil, parse_decimal};
@@ -156,6 +157,56 @@ impl Kind {
             // Read as text: ordered by the text's bytes like text.
             Kind::Decimal { precision, .. } => *precision <= 38,
             _ => true,
+        }
+    }
+
+    /// Whether the binlog's table map logs a column of this kind as `ty`
+    /// (with its metadata and signedness): a column whose type changed
+    /// would be read wrong by this kind.
+    pub fn logged_as(&self, ty: ColumnType, meta: &[u8], unsigned_now: bool) -> bool {
+        use ColumnType::*;
+        match self {
+            Kind::Int { bytes, unsigned } => {
+                let width = match ty {
+                    MYSQL_TYPE_TINY => 1,
+                    MYSQL_TYPE_SHORT => 2,
+                    MYSQL_TYPE_INT24 => 3,
+                    MYSQL_TYPE_LONG => 4,
+                    MYSQL_TYPE_LONGLONG => 8,
+                    _ => return false,
+                };
+                width == *bytes && *unsigned == unsigned_now
+            }
+            Kind::Decimal { precision, scale } => {
+                ty == MYSQL_TYPE_NEWDECIMAL
+                    && meta.first() == Some(precision)
+                    && meta.get(1) == Some(scale)
+            }
+            Kind::Float => ty == MYSQL_TYPE_FLOAT,
+            Kind::Double => ty == MYSQL_TYPE_DOUBLE,
+            Kind::Date => matches!(ty, MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE),
+            Kind::DateTime => matches!(ty, MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2),
+            Kind::Timestamp => matches!(ty, MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2),
+            Kind::Time => matches!(ty, MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2),
+            Kind::Year => ty == MYSQL_TYPE_YEAR,
+            Kind::Text { .. } | Kind::Binary { .. } => matches!(
+                ty,
+                MYSQL_TYPE_VARCHAR
+                    | MYSQL_TYPE_VAR_STRING
+                    | MYSQL_TYPE_STRING
+                    | MYSQL_TYPE_TINY_BLOB
+                    | MYSQL_TYPE_BLOB
+                    | MYSQL_TYPE_MEDIUM_BLOB
+                    | MYSQL_TYPE_LONG_BLOB
+                    | MYSQL_TYPE_JSON
+            ),
+            Kind::Enum(_) => ty == MYSQL_TYPE_ENUM,
+            Kind::Set(_) => ty == MYSQL_TYPE_SET,
+            Kind::Bit { bits } => {
+                ty == MYSQL_TYPE_BIT
+                    && meta.len() == 2
+                    && u16::from(meta[1]) * 8 + u16::from(meta[0]) == *bits
+            }
         }
     }
 
