@@ -418,6 +418,7 @@ fn streaming_and_backfill_against_mariadb_own_tools() {
         &format!(
             "CREATE TABLE bench {shape};\n\
              CREATE TABLE bench_empty {shape};\n\
+             DELIMITER //\n\
              CREATE PROCEDURE backlog()\n\
              BEGIN\n\
                DECLARE t BIGINT DEFAULT 0;\n\
@@ -437,7 +438,8 @@ fn streaming_and_backfill_against_mariadb_own_tools() {
                  COMMIT;\n\
                  SET t = t + 1;\n\
                END WHILE;\n\
-             END"
+             END//\n\
+             DELIMITER ;"
         ),
     );
     let work = tempfile::tempdir().unwrap();

@@ -87,94 +87,131 @@ fn columns_added_at_the_end_reach_the_sinks_while_running_and_while_stopped() {
 #[test]
 fn other_changes_of_shape_stop_the_run_naming_the_change() {
     let maria = server();
-    let cases = [
+    // (case, DDL, what the stop says when weir streams, and when it was stopped)
+    let cases: [(&str, &str, &[&str], &[&str]); 6] = [
         (
             "drop",
             "ALTER TABLE orders DROP COLUMN status",
-            vec!["column `status` was dropped"],
+            &["column `status` was dropped"],
+            &["changed while weir was stopped", "status"],
         ),
         (
             "drop_last",
             "ALTER TABLE orders DROP COLUMN status",
-            vec!["`status` was dropped"],
+            &["column `status` was dropped"],
+            &["changed while weir was stopped", "status"],
         ),
         (
             "type",
             "ALTER TABLE orders MODIFY amount DECIMAL(10,3)",
-            vec!["`amount`", "its type was changed"],
+            &["`amount`", "its type was changed"],
+            &[
+                "changed while weir was stopped",
+                "Decimal { precision: 10, scale: 3 }",
+            ],
         ),
         (
             "middle",
             "ALTER TABLE orders ADD COLUMN x INT AFTER id",
-            vec!["(id, x, amount, status)"],
+            &["(id, x, amount, status"],
+            &["changed while weir was stopped", "x Int"],
         ),
         (
             "rename",
             "ALTER TABLE orders RENAME TO orders_old",
-            vec!["RENAME TO orders_old", "skip_transaction_at"],
+            &["RENAME TO orders_old", "skip_transaction_at"],
+            &["matches no table"],
         ),
         (
             "drop_table",
             "DROP TABLE orders",
-            vec!["DROP TABLE orders", "skip_transaction_at"],
+            &["DROP TABLE `orders`", "skip_transaction_at"],
+            &["matches no table"],
         ),
     ];
-    for (i, (case, ddl, says)) in cases.into_iter().enumerate() {
-        let db = format!("weir_my_shape_{case}");
-        maria.fresh_db(&db);
-        let last = if case == "drop_last" {
-            ""
-        } else {
-            ", extra INT"
-        };
-        maria.sql(
-            &db,
-            &format!(
-                "CREATE TABLE orders (id INT PRIMARY KEY, amount DECIMAL(8,2), status VARCHAR(10){last});\n\
-                 INSERT INTO orders (id, amount, status) VALUES (1, 1.5, 'new'), (2, 2.5, 'new');"
-            ),
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("exact");
-        let file = MyPipeline::new(&maria, &[&format!("{db}.orders")], 5410 + i as u32)
-            .write(dir.path(), &root);
-        drain_ok(&file);
-        let drop_last = case == "drop_last";
-        if drop_last {
-            // The last column dropped: rows after it carry one column less.
-            maria.sql(&db, &format!("{ddl}; INSERT INTO orders VALUES (3, 3.5);"));
-        } else {
+    let mut server_id = 5410;
+    for (case, ddl, streaming_says, stopped_says) in cases {
+        for streaming in [true, false] {
+            server_id += 1;
+            let db = format!(
+                "weir_my_shape_{case}_{}",
+                if streaming { "live" } else { "later" }
+            );
+            maria.fresh_db(&db);
+            let last = if case == "drop_last" {
+                ""
+            } else {
+                ", extra INT"
+            };
+            maria.sql(
+                &db,
+                &format!(
+                    "CREATE TABLE orders (id INT PRIMARY KEY, amount DECIMAL(8,2), status VARCHAR(10){last});\n\
+                     INSERT INTO orders (id, amount, status) VALUES (1, 1.5, 'new'), (2, 2.5, 'new');"
+                ),
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().join("exact");
+            let file = MyPipeline::new(&maria, &[&format!("{db}.orders")], server_id)
+                .write(dir.path(), &root);
+            drain_ok(&file);
+            let log = dir.path().join("weir.log");
+            let mut child = streaming.then(|| spawn_weir(&file, &log));
+            if streaming {
+                // Let it connect to the binlog first.
+                std::thread::sleep(Duration::from_millis(700));
+            }
             maria.sql(&db, &format!("{ddl};"));
             if !matches!(case, "rename" | "drop_table") {
                 maria.sql(&db, "INSERT INTO orders (id, amount) VALUES (3, 3.5);");
             }
-        }
-        let out = weir(
-            &["run", file.to_str().unwrap()],
-            &[("WEIR_MY_EXIT", "true")],
-        );
-        assert!(
-            !out.status.success(),
-            "{case}: `{ddl}` should stop the run: {}",
-            text(&out)
-        );
-        let said = text(&out);
-        for part in says {
-            assert!(
-                said.contains(part),
-                "{case}: the stop should say {part:?}: {said}"
+            let (said, says) = match child.as_mut() {
+                Some(child) => {
+                    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+                    while child.try_wait().unwrap().is_none()
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    interrupt(child);
+                    let status = child.wait().unwrap();
+                    let said = std::fs::read_to_string(&log).unwrap_or_default();
+                    assert!(
+                        !status.success(),
+                        "{db}: `{ddl}` should stop the run: {said}"
+                    );
+                    (said, streaming_says)
+                }
+                None => {
+                    let out = weir(
+                        &["run", file.to_str().unwrap()],
+                        &[("WEIR_MY_EXIT", "true")],
+                    );
+                    assert!(
+                        !out.status.success(),
+                        "{db}: `{ddl}` should stop the run: {}",
+                        text(&out)
+                    );
+                    (text(&out), stopped_says)
+                }
+            };
+            for part in says
+                .iter()
+                .copied()
+                .chain([format!("{db}.orders").as_str()])
+            {
+                assert!(
+                    said.contains(part),
+                    "{db}: the stop should say {part:?}: {said}"
+                );
+            }
+            let table = MyTable::new(&db, "orders", &[("id", Canon::Int)], &[0]);
+            let (rows, _) = table.sink_rows(&root);
+            assert_eq!(
+                rows.len(),
+                2,
+                "{db}: nothing after the change may be committed"
             );
         }
-        assert!(
-            said.contains(&format!("{db}.orders")),
-            "{case}: the stop should name the table: {said}"
-        );
-        let table = MyTable::new(&db, "orders", &[("id", Canon::Int)], &[0]);
-        let (rows, _) = table.sink_rows(&root);
-        assert_eq!(
-            rows.len(),
-            2,
-            "{case}: nothing after the change may be committed"
-        );
     }
 }

@@ -12,6 +12,7 @@
 mod backfill;
 mod config;
 mod position;
+mod schema_file;
 mod session;
 mod setup;
 mod stream;
@@ -28,6 +29,7 @@ use crate::change::{TableSchema, Transaction};
 use crate::postgres::PieceLimits;
 use backfill::Backfill;
 use position::{BackfillPlace, BinlogCoord};
+use schema_file::SchemaFile;
 use session::Session;
 use setup::Table;
 use stream::Stream;
@@ -38,6 +40,8 @@ pub struct MysqlSource {
     config: MysqlConfig,
     /// Where the first backfill's stream starts, kept for later runs.
     start_file: StartFile,
+    /// The tables' shapes, kept for later runs.
+    schema_file: SchemaFile,
     session: Session,
     tables: Vec<Table>,
     backfill: Option<Backfill>,
@@ -63,8 +67,11 @@ impl MysqlSource {
         setup::check_server(&mut session)?;
         setup::check_privileges(&mut session)?;
         let tables = setup::load_tables(&mut session, &config, &append_tables)?;
+        let schema_file = SchemaFile::new(&state_dir, &pipeline);
+        schema_file.check(tables.iter().map(Table::shape))?;
         let start_file = StartFile(state_dir.join(format!("mysql-{pipeline}-stream-start.json")));
         Ok(MysqlSource {
+            schema_file,
             start_file,
             config,
             session,
@@ -198,7 +205,10 @@ impl Source for MysqlSource {
         } else {
             None
         };
+        self.schema_file
+            .save(self.tables.iter().map(Table::shape))?;
         self.stream = Some(Stream::new(
+            self.schema_file.clone(),
             &self.tables,
             from,
             catch_up,

@@ -31,6 +31,11 @@ impl Table {
         format!("{}.{}", ident(&self.db), ident(&self.table))
     }
 
+    /// Its name, and each column's name and kind, for the schema file.
+    pub fn shape(&self) -> (&str, Vec<(&str, &Kind)>) {
+        (&self.name, self.column_names().zip(&self.kinds).collect())
+    }
+
     pub fn column_names(&self) -> impl Iterator<Item = &str> {
         self.schema.columns.iter().map(|c| c.name.as_str())
     }

@@ -25,6 +25,7 @@ use mysql_async::{BinlogStreamRequest, Conn};
 use tokio::sync::mpsc;
 
 use super::position::{BinlogCoord, describe};
+use super::schema_file::SchemaFile;
 use super::session::Session;
 use super::session::server_error;
 use super::setup::{COLUMNS_SQL, ColumnRow, Table, column_of, file_of};
@@ -89,6 +90,8 @@ struct TableInfo {
 }
 
 pub(super) struct Stream {
+    /// Where a table's added columns are recorded for later runs.
+    schema_file: SchemaFile,
     rx: Option<mpsc::Receiver<Item>>,
     task: Option<tokio::task::JoinHandle<()>>,
     tables: Arc<Vec<TableInfo>>,
@@ -107,6 +110,7 @@ pub(super) struct Stream {
 
 impl Stream {
     pub fn new(
+        schema_file: SchemaFile,
         tables: &[Table],
         from: BinlogCoord,
         catch_up: Option<BinlogCoord>,
@@ -123,6 +127,7 @@ impl Stream {
             })
             .collect();
         Stream {
+            schema_file,
             rx: None,
             task: None,
             tables: Arc::new(tables),
@@ -205,6 +210,15 @@ impl Stream {
                     }
                 }
                 Item::Evolved { index, table } => {
+                    let shape = table
+                        .schema
+                        .columns
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .zip(&table.kinds)
+                        .collect();
+                    self.schema_file
+                        .save([(table.schema.name.as_str(), shape)])?;
                     Arc::make_mut(&mut self.tables)[index] = table;
                 }
                 Item::Failed(error) => {
@@ -764,8 +778,23 @@ impl Reader {
             ))
         };
         if names[..shared] != known[..shared] {
+            let gone: Vec<&str> = known
+                .iter()
+                .copied()
+                .filter(|k| !names.iter().any(|n| n == k))
+                .collect();
+            let new: Vec<&str> = names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| !known.contains(n))
+                .collect();
+            let what = match (gone.is_empty(), new.is_empty()) {
+                (false, true) => format!("column `{}` was dropped", gone.join("`, `")),
+                (true, false) => format!("column `{}` was added before the end", new.join("`, `")),
+                _ => "columns were renamed, replaced or reordered".to_string(),
+            };
             return Err(changed(format!(
-                "its columns are ({}) in the binlog where the source knows ({})",
+                "{what}: its columns are ({}) in the binlog where the source knows ({})",
                 names.join(", "),
                 known.join(", ")
             )));
