@@ -3,12 +3,15 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../iceberg_support/mod.rs"]
+mod iceberg_support;
 #[path = "../mysql_support/mod.rs"]
 mod mysql_support;
 
 mod bench;
 mod cdc;
 mod kills;
+mod lake;
 mod schema;
 mod settings;
 mod smoke;
