@@ -2,6 +2,11 @@
 """Reads an Iceberg table with a reader weir did not write, for the tests.
 
     read_iceberg.py pyiceberg|duckdb METADATA_JSON
+    read_iceberg.py duckdb-parquet FOLDER
+
+The third form reads every Parquet file under FOLDER with DuckDB's own
+read_parquet (columns matched by name across files): the Parquet sink's
+change log, `__op` and `__pos` included, for the caller to fold.
 
 METADATA_JSON is a local path or an s3:// URL. For S3, WEIR_S3_ENDPOINT
 (http://host:port), AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
@@ -129,11 +134,20 @@ def read_duckdb(metadata: str):
     return table, summary
 
 
+def read_duckdb_parquet(folder: str):
+    con = duckdb_connection()
+    pattern = os.path.join(folder, "**", "*.parquet").replace("'", "''")
+    result = con.execute(f"SELECT * FROM read_parquet('{pattern}', union_by_name = true)")
+    table = result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
+    return table, {}
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("pyiceberg", "duckdb"):
+    readers = {"pyiceberg": read_pyiceberg, "duckdb": read_duckdb, "duckdb-parquet": read_duckdb_parquet}
+    if len(sys.argv) != 3 or sys.argv[1] not in readers:
         raise SystemExit(__doc__)
     reader, metadata = sys.argv[1], sys.argv[2]
-    table, summary = read_pyiceberg(metadata) if reader == "pyiceberg" else read_duckdb(metadata)
+    table, summary = readers[reader](metadata)
     columns = table.column_names
     canon = [canonical_column(table.column(i)) for i in range(len(columns))]
     rows = [list(r) for r in zip(*canon)] if canon else []

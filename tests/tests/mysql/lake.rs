@@ -1,7 +1,9 @@
-//! MariaDB types into Iceberg, exactly: the typed tables of `cdc` (a column
-//! of nearly every MariaDB type) go by backfill and by the stream into the
-//! Iceberg sink, and DuckDB and pyiceberg must each return what MariaDB
-//! itself returns for the same rows. See docs/mysql.md, "Types".
+//! MariaDB types into Iceberg and Parquet, exactly: the typed tables of
+//! `cdc` (a column of nearly every MariaDB type) go by backfill and by the
+//! stream into the Iceberg sink and the Parquet sink, and DuckDB and
+//! pyiceberg must each return what MariaDB itself returns for the same rows
+//! (the Parquet files, a change log, folded by position). See
+//! docs/mysql.md, "Types".
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -177,8 +179,45 @@ fn assert_reader_equals_server(
     );
 }
 
+/// The Parquet sink's change log under `folder`, as DuckDB reads it, folded:
+/// per key the change with the greatest position, deletes removed.
+fn parquet_rows(
+    folder: &Path,
+    columns: &[(&str, &str, Form)],
+    key: usize,
+) -> BTreeMap<Vec<Option<String>>, Vec<Option<String>>> {
+    let read =
+        read_python("duckdb-parquet", folder).unwrap_or_else(|e| panic!("DuckDB failed: {e}"));
+    let at = |name: &str| {
+        read.columns
+            .iter()
+            .position(|c| c == name)
+            .unwrap_or_else(|| panic!("no column {name} in the Parquet files: {:?}", read.columns))
+    };
+    let (op, pos) = (at("__op"), at("__pos"));
+    let index: Vec<usize> = columns.iter().map(|(name, ..)| at(name)).collect();
+    let mut log: Vec<&Vec<Option<String>>> = read.rows.iter().collect();
+    // Positions compare as bytes; their hex compares the same way.
+    log.sort_by(|a, b| a[pos].cmp(&b[pos]));
+    let mut state = BTreeMap::new();
+    for row in log {
+        let values: Vec<Option<String>> = index
+            .iter()
+            .zip(columns)
+            .map(|(&i, c)| normal(c.2, row[i].as_deref()))
+            .collect();
+        let k = values[..key].to_vec();
+        if row[op].as_deref() == Some("delete") {
+            state.remove(&k);
+        } else {
+            state.insert(k, values);
+        }
+    }
+    state
+}
+
 #[test]
-fn every_type_reaches_iceberg_as_duckdb_and_pyiceberg_read_it_equal_to_mariadb() {
+fn every_type_reaches_iceberg_and_parquet_as_duckdb_and_pyiceberg_read_it_equal_to_mariadb() {
     let maria = server();
     let db = "weir_my_lake";
     maria.fresh_db(db);
@@ -192,12 +231,15 @@ fn every_type_reaches_iceberg_as_duckdb_and_pyiceberg_read_it_equal_to_mariadb()
         root: dir.path().join("lake"),
     };
     std::fs::create_dir_all(&lake.root).unwrap();
+    let files = dir.path().join("files");
     let yaml = format!(
-        "pipeline: mylake\nstate_dir: state\nsource:\n  mysql:\n    host: 127.0.0.1\n    port: {}\n    user: {USER}\n    password: {PASSWORD}\n    server_id: 5501\n    tables: [\"{db}.*\"]\n    chunk_rows: 100\n    heartbeat_ms: 500\n    exit_when_caught_up: true\nbatch: {{ max_rows: 400, linger_ms: 50, heartbeat_ms: 300 }}\nsinks:\n  - name: lake\n    plugin: {}\n    blob_store: {{ url: {} }}\n    config: {{ warehouse: \"{}\" }}\n    limits: {{ memory_mb: 1024, call_timeout_ms: 120000 }}\n",
+        "pipeline: mylake\nstate_dir: state\nsource:\n  mysql:\n    host: 127.0.0.1\n    port: {}\n    user: {USER}\n    password: {PASSWORD}\n    server_id: 5501\n    tables: [\"{db}.*\"]\n    chunk_rows: 100\n    heartbeat_ms: 500\n    exit_when_caught_up: true\nbatch: {{ max_rows: 400, linger_ms: 50, heartbeat_ms: 300 }}\nsinks:\n  - name: lake\n    plugin: {}\n    blob_store: {{ url: {} }}\n    config: {{ warehouse: \"{}\" }}\n    limits: {{ memory_mb: 1024, call_timeout_ms: 120000 }}\n  - name: files\n    plugin: {}\n    blob_store: {{ url: {} }}\n",
         maria.port,
         crate::common::plugin("weir-iceberg-sink").display(),
         lake.root.display(),
         lake.warehouse(),
+        crate::common::plugin("weir-parquet-sink").display(),
+        files.display(),
     );
     let file = dir.path().join("pipeline.yaml");
     std::fs::write(&file, yaml).unwrap();
@@ -233,6 +275,16 @@ fn every_type_reaches_iceberg_as_duckdb_and_pyiceberg_read_it_equal_to_mariadb()
         for reader in ["duckdb", "pyiceberg"] {
             assert_reader_equals_server(reader, &metadata, &want, columns, key);
         }
-        println!("{table}: {} rows equal in DuckDB and pyiceberg", want.len());
+        let parquet = files.join(db).join(table);
+        assert_eq!(
+            parquet_rows(&parquet, columns, key),
+            want,
+            "DuckDB's read of the Parquet files under {}",
+            parquet.display()
+        );
+        println!(
+            "{table}: {} rows equal in DuckDB (Iceberg and Parquet) and pyiceberg",
+            want.len()
+        );
     }
 }
