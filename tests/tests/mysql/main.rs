@@ -9,6 +9,7 @@ mod iceberg_support;
 mod mysql_support;
 
 mod bench;
+mod big_tx;
 mod cdc;
 mod kills;
 mod lake;
