@@ -1001,6 +1001,16 @@ impl Reader {
                     }
                 }
             }
+            ["drop", "database" | "schema"] => {
+                // The database's tables go with it.
+                let index = self.tables.iter().position(|t| {
+                    tokens
+                        .iter()
+                        .skip(2)
+                        .any(|tok| tok.eq_ignore_ascii_case(&t.db))
+                })?;
+                return Some((index, Ddl::Stop));
+            }
             ["drop", ..] | ["rename", ..] | ["truncate", ..] | ["create", "or"] => Ddl::Stop,
             _ => return None,
         };
@@ -1123,6 +1133,12 @@ mod tests {
         assert_eq!(r.ddl("shop", "ALTER TABLE orders_archive ADD x int"), None);
         assert_eq!(r.ddl("shop", "CREATE TABLE t (orders int)"), None);
         assert_eq!(r.ddl("shop", "INSERT INTO orders VALUES (1)"), None);
+        assert_eq!(r.ddl("x", "DROP DATABASE `shop`"), Some((0, Ddl::Stop)));
+        assert_eq!(
+            r.ddl("x", "DROP SCHEMA IF EXISTS shop"),
+            Some((0, Ddl::Stop))
+        );
+        assert_eq!(r.ddl("shop", "DROP DATABASE shop2"), None);
     }
 
     #[test]
