@@ -624,12 +624,10 @@ impl Reader {
                     return Ok(Step::Items(self.commit(end)));
                 }
                 match self.ddl(&query.schema(), statement) {
-                    None => {}
-                    Some((index, Ddl::Alter { may_drop })) => {
-                        // Its effect shows in the table maps that follow.
-                        if may_drop {
-                            self.may_have_dropped.insert(index);
-                        }
+                    // An ALTER's effect shows in the table maps that follow.
+                    None | Some((_, Ddl::Alter { may_drop: false })) => {}
+                    Some((index, Ddl::Alter { may_drop: true })) => {
+                        self.may_have_dropped.insert(index);
                     }
                     Some((index, Ddl::Stop)) => {
                         let table = self.tables[index].schema.name.clone();
