@@ -16,8 +16,10 @@ use arrow_array::builder::BinaryBuilder;
 use arrow_array::{Array, BinaryArray};
 use mysql_async::Row;
 
+use super::flavor::Coordinates;
 use super::position::{BackfillPlace, BinlogCoord, order_bytes};
 use super::session::Session;
+use super::setup::current_position;
 use super::setup::{Table, ident};
 use super::types::{Origin, convert, show};
 use crate::SourceError;
@@ -75,43 +77,52 @@ impl Backfill {
         }
     }
 
-    /// Starts the snapshot the tables are read in; its binlog coordinates.
+    /// Starts the snapshot the tables are read in; its binlog coordinates
+    /// (how depends on the server: [`Flavor::snapshot_steps`]).
     fn open_snapshot(&mut self, session: &mut Session) -> Result<BinlogCoord, SourceError> {
         session.reset();
-        session.run(
-            "starting the backfill's snapshot",
-            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-        )?;
-        session.run(
-            "starting the backfill's snapshot",
-            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
-        )?;
-        self.in_snapshot = true;
-        let rows: Vec<(String, String)> = session.rows(
-            "reading the snapshot's binlog position",
-            "SHOW STATUS LIKE 'binlog_snapshot_%'",
-        )?;
-        let get = |name: &str| {
-            rows.iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-        };
-        match (get("binlog_snapshot_file"), get("binlog_snapshot_position")) {
-            (Some(file), Some(offset)) if !file.is_empty() => {
-                let offset: u64 = offset.parse().map_err(|_| {
-                    SourceError::Invalid(format!(
-                        "binlog_snapshot_position `{offset}` is not a number"
-                    ))
-                })?;
-                BinlogCoord::at(&file, offset).map_err(SourceError::Invalid)
-            }
-            _ => Err(SourceError::Config(
-                "the server does not report the binlog position of a consistent snapshot \
-                 (binlog_snapshot_file): the backfill needs MariaDB (or Percona Server), which \
-                 give it without a global lock; Oracle MySQL is not supported for the backfill yet"
-                    .into(),
-            )),
+        let steps = session.flavor.snapshot_steps();
+        for statement in steps.before {
+            session.run("starting the backfill's snapshot", statement)?;
         }
+        self.in_snapshot = true;
+        let coordinates = match steps.coordinates {
+            Coordinates::StatusVariables(sql) => {
+                let rows: Vec<(String, String)> =
+                    session.rows("reading the snapshot's binlog position", sql)?;
+                let get = |name: &str| {
+                    rows.iter()
+                        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                        .map(|(_, v)| v.clone())
+                };
+                match (get("binlog_snapshot_file"), get("binlog_snapshot_position")) {
+                    (Some(file), Some(offset)) if !file.is_empty() => {
+                        let offset: u64 = offset.parse().map_err(|_| {
+                            SourceError::Invalid(format!(
+                                "binlog_snapshot_position `{offset}` is not a number"
+                            ))
+                        })?;
+                        BinlogCoord::at(&file, offset).map_err(SourceError::Invalid)
+                    }
+                    _ => Err(SourceError::Config(
+                        "the server does not report the binlog position of a consistent \
+                         snapshot (binlog_snapshot_file)"
+                            .into(),
+                    )),
+                }
+            }
+            Coordinates::BinlogStatus(_) => current_position(session),
+        };
+        if coordinates.is_err() {
+            // Closing the connection ends the transaction and any lock.
+            session.reset();
+            self.in_snapshot = false;
+            return coordinates;
+        }
+        for statement in steps.after {
+            session.run("starting the backfill's snapshot", statement)?;
+        }
+        coordinates
     }
 
     /// The next chunk, or None when every table has been read.

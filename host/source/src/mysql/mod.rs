@@ -11,6 +11,7 @@
 
 mod backfill;
 mod config;
+mod flavor;
 mod position;
 mod schema_file;
 mod session;

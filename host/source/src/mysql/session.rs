@@ -10,11 +10,14 @@ use std::time::Duration;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts};
 
+use super::flavor::Flavor;
 use crate::SourceError;
 
 const STOP_POLL: Duration = Duration::from_millis(100);
 
 pub(super) struct Session {
+    /// The kind of server, once the settings were read.
+    pub flavor: Flavor,
     io: tokio::runtime::Handle,
     opts: Opts,
     conn: Option<Conn>,
@@ -24,6 +27,7 @@ pub(super) struct Session {
 impl Session {
     pub fn new(io: tokio::runtime::Handle, opts: Opts, stop: Arc<AtomicBool>) -> Session {
         Session {
+            flavor: Flavor::MariaDb,
             io,
             opts,
             conn: None,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use mysql_async::Row;
 
 use super::config::MysqlConfig;
+use super::flavor::Flavor;
 use super::position::BinlogCoord;
 use super::session::{Session, error_code};
 use super::types::Kind;
@@ -60,6 +61,7 @@ pub(super) fn check_server(session: &mut Session) -> Result<(), SourceError> {
             .map(|(_, v)| v.to_ascii_uppercase())
     };
     let version = get("version").unwrap_or_default();
+    session.flavor = Flavor::of(&version);
     if get("log_bin").as_deref() != Some("ON") {
         return Err(SourceError::Config(
             "the server does not write a binlog (log_bin is OFF): start it with --log-bin \
@@ -93,7 +95,8 @@ pub(super) fn check_server(session: &mut Session) -> Result<(), SourceError> {
         None => {
             return Err(SourceError::Config(format!(
                 "the server ({version}) has no binlog_row_metadata setting, so its binlog does \
-                 not name columns: the source needs MariaDB 10.5 or newer"
+                 not name columns: the source needs MariaDB 10.5 or newer (or MySQL 8.0.1 or \
+                 newer)"
             )));
         }
     }
@@ -142,11 +145,12 @@ pub(super) fn check_privileges(session: &mut Session) -> Result<BinlogCoord, Sou
 
 /// Where the server's binlog ends now.
 pub(super) fn current_position(session: &mut Session) -> Result<BinlogCoord, SourceError> {
-    let rows: Vec<Row> = session.rows("reading the binlog position", "SHOW MASTER STATUS")?;
+    let sql = session.flavor.binlog_status_sql();
+    let rows: Vec<Row> = session.rows("reading the binlog position", sql)?;
     let row = rows.into_iter().next().ok_or_else(|| {
-        SourceError::Config(
-            "the server does not write a binlog (SHOW MASTER STATUS is empty)".into(),
-        )
+        SourceError::Config(format!(
+            "the server does not write a binlog ({sql} is empty)"
+        ))
     })?;
     let file: String = row.get(0).unwrap_or_default();
     let offset: u64 = row.get(1).unwrap_or_default();

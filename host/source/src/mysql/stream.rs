@@ -24,6 +24,7 @@ use mysql_async::prelude::*;
 use mysql_async::{BinlogStreamRequest, Conn};
 use tokio::sync::mpsc;
 
+use super::flavor::Gtid;
 use super::position::{BinlogCoord, describe};
 use super::schema_file::SchemaFile;
 use super::session::Session;
@@ -522,6 +523,8 @@ async fn start(setup: &ReaderSetup) -> Result<mysql_async::BinlogStream, mysql_a
 /// A transaction being read.
 struct Open {
     start: BinlogCoord,
+    /// Its global id, where the server wrote one.
+    gtid: Option<Gtid>,
     commit_ts: i64,
     standalone: bool,
     changes: Vec<Change>,
@@ -561,6 +564,14 @@ impl Reader {
         }
     }
 
+    /// [`Self::where_`], with the open transaction's GTID when it has one.
+    fn named(&self, coord: BinlogCoord) -> String {
+        match self.open.as_ref().and_then(|o| o.gtid) {
+            Some(gtid) => format!("{} (GTID {gtid})", self.where_(coord)),
+            None => self.where_(coord),
+        }
+    }
+
     fn where_(&self, coord: BinlogCoord) -> String {
         format!("{}:{}", coord.file_name(&self.file), coord.offset)
     }
@@ -576,7 +587,13 @@ impl Reader {
         let kind = header.event_type_raw();
         if kind == MARIADB_GTID_EVENT {
             let flags = event.data().get(12).copied().unwrap_or(0);
-            self.begin(start, header.timestamp(), flags & GTID_STANDALONE != 0);
+            let gtid = Gtid::of_mariadb_event(event.data(), header.server_id());
+            self.begin(
+                start,
+                header.timestamp(),
+                flags & GTID_STANDALONE != 0,
+                gtid,
+            );
             return Ok(Step::Items(Vec::new()));
         }
         if kind == HEARTBEAT_EVENT {
@@ -616,7 +633,7 @@ impl Reader {
                 let statement = text.trim();
                 if statement.eq_ignore_ascii_case("BEGIN") {
                     if self.open.is_none() {
-                        self.begin(start, header.timestamp(), false);
+                        self.begin(start, header.timestamp(), false, None);
                     }
                     return Ok(Step::Items(Vec::new()));
                 }
@@ -645,7 +662,7 @@ impl Reader {
                                  source.mysql.skip_transaction_at: \"{}\" to go on past it, or \
                                  back the table up again under a new pipeline id",
                                 clip(statement),
-                                self.where_(at),
+                                self.named(at),
                                 self.where_(at)
                             )));
                         }
@@ -654,6 +671,14 @@ impl Reader {
                 if self.open.as_ref().is_some_and(|o| o.standalone) {
                     return Ok(Step::Items(self.commit(end)));
                 }
+                Ok(Step::Items(Vec::new()))
+            }
+            Some(EventData::GtidEvent(gtid)) => {
+                let gtid = Gtid::Mysql {
+                    sid: gtid.sid(),
+                    gno: gtid.gno(),
+                };
+                self.begin(start, header.timestamp(), false, Some(gtid));
                 Ok(Step::Items(Vec::new()))
             }
             Some(EventData::XidEvent(_)) => Ok(Step::Items(self.commit(end))),
@@ -684,10 +709,11 @@ impl Reader {
         }
     }
 
-    fn begin(&mut self, start: u32, timestamp: u32, standalone: bool) {
+    fn begin(&mut self, start: u32, timestamp: u32, standalone: bool, gtid: Option<Gtid>) {
         let start = self.coord(start);
         self.open = Some(Open {
             start,
+            gtid,
             commit_ts: i64::from(timestamp) * 1_000_000,
             standalone,
             changes: Vec::new(),
