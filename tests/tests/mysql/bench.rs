@@ -1,12 +1,13 @@
 //! The MySQL source's benchmark: one command, one run, one backlog. It is a
 //! benchmark, not a timed test: ignored by default, it prints and asserts
 //! nothing about time. `scripts/bench-mysql` builds what it needs and runs
-//! it on a MariaDB server of its own; by hand, on this checkout's server:
+//! it on a MariaDB server of its own; by hand, on this checkout's server
+//! (scripts/mariadb):
 //!
 //! ```text
+//! cargo build --release -p weir --features weir/failpoints,weir-source/test-support
 //! scripts/build-plugins
-//! cargo test --release -p weir-tests --features weir/failpoints,weir-source/test-support \
-//!   --test mysql -- --ignored --nocapture bench::
+//! cargo test --release -p weir-tests --test mysql -- --ignored --nocapture bench::
 //! ```
 //!
 //! Knobs: `WEIR_BENCH_ROWS` (rows inserted, default 1,000,000),
@@ -46,11 +47,14 @@
 //! `mariadb-binlog` output must hold one row per insert and per update, or
 //! the benchmark fails.
 //!
-//! What bounds each side is printed after the table: the CPU time of each
-//! of weir's threads (polled from /proc while it runs), of the tools, and of
-//! the server process (all its threads: on a server of its own, what serving
-//! the run cost it). A thread busy for nearly all of the wall time is the
-//! bound. The server is the checkout's (scripts/mariadb); scripts/bench-mysql
+//! What bounds each side is printed after the table: the CPU time of
+//! weir's threads by name (polled from /proc while it runs), of the tools,
+//! and of the server process (all its threads: on a server of its own, what
+//! serving the run cost it), and the CPU per row of weir and of the tool it
+//! is compared with, which a shared machine moves less than the wall time.
+//! A thread (or a task, such as the binlog reader on the I/O runtime) busy
+//! for nearly all of the wall time is the bound. The server is the
+//! checkout's (scripts/mariadb); scripts/bench-mysql
 //! gives the benchmark one of its own (`WEIR_MARIADB_DIR`,
 //! `WEIR_MARIADB_PORT`), as another test writing to the same binlog would be
 //! read too.

@@ -334,6 +334,7 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
         skip: setup.skip,
         limits: setup.limits,
         boundary: setup.from,
+        seen_format: false,
     };
     let stream = match start(&setup).await {
         Ok(stream) => stream,
@@ -535,6 +536,9 @@ struct Open {
 }
 
 struct Reader {
+    /// Whether the server's format event came: from then on the event
+    /// reader knows whether events carry checksums.
+    seen_format: bool,
     file: String,
     file_number: u32,
     open: Option<Open>,
@@ -616,13 +620,31 @@ impl Reader {
             // The server's first event is a made-up rotate to the file asked
             // for, sent before the format event that says checksums are on:
             // its name would carry the checksum's bytes. The file is known.
-            Some(EventData::RotateEvent(_)) if end == 0 => {
+            // A made-up rotate later on (the server moving on to the next
+            // file after one that ended without a rotate, as a restart
+            // leaves it) comes after a format event and names the file.
+            Some(EventData::RotateEvent(_)) if end == 0 && !self.seen_format => {
                 Ok(Step::Items(vec![Item::Stand(self.boundary)]))
             }
+            Some(EventData::FormatDescriptionEvent(_)) => {
+                self.seen_format = true;
+                Ok(Step::Items(Vec::new()))
+            }
             Some(EventData::RotateEvent(rotate)) => {
-                self.file = rotate.name().into_owned();
-                self.file_number =
-                    BinlogCoord::file_number(&self.file).map_err(SourceError::Invalid)?;
+                let name = rotate.name().into_owned();
+                let number = BinlogCoord::file_number(&name).map_err(SourceError::Invalid)?;
+                // Positions only grow: a rotate back to an earlier file
+                // (a binlog reset under us) would make them go back.
+                if number < self.file_number {
+                    return Err(SourceError::Invalid(format!(
+                        "the server's binlog went back from {} to {name}: was it reset (RESET \
+                         MASTER)? Positions in the old files mean nothing now; back the tables \
+                         up again under a new pipeline id",
+                        self.file
+                    )));
+                }
+                self.file = name;
+                self.file_number = number;
                 let offset = u32::try_from(rotate.position()).unwrap_or(4);
                 self.boundary = self.coord(offset);
                 self.maps.clear();
@@ -1114,6 +1136,7 @@ mod tests {
             skip: None,
             limits: PieceLimits::default(),
             boundary: BinlogCoord { file: 1, offset: 4 },
+            seen_format: false,
         }
     }
 
