@@ -13,6 +13,7 @@ mod backfill;
 mod config;
 mod flavor;
 mod position;
+mod row_image;
 mod schema_file;
 mod session;
 mod setup;

@@ -18,14 +18,13 @@ use futures::StreamExt;
 use mysql_async::binlog::events::{
     Event, EventData, OptionalMetadataField, RowsEventData, TableMapEvent,
 };
-use mysql_async::binlog::row::BinlogRow;
-use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::*;
 use mysql_async::{BinlogStreamRequest, Conn};
 use tokio::sync::mpsc;
 
 use super::flavor::Gtid;
 use super::position::{BinlogCoord, describe};
+use super::row_image::{Image, RowLayout};
 use super::schema_file::SchemaFile;
 use super::session::Session;
 use super::session::server_error;
@@ -329,6 +328,7 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
         file_number: setup.from.file,
         open: None,
         maps: HashMap::new(),
+        layouts: HashMap::new(),
         tables: setup.tables.as_ref().clone(),
         may_have_dropped: HashSet::new(),
         skip: setup.skip,
@@ -407,7 +407,7 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
                 return;
             }
         };
-        let mut step = reader.on_event(&event, |id| stream.get_tme(id));
+        let mut step = reader.on_event(&event);
         if let Ok(Step::Fetch { index, names }) = step {
             // A table map with columns added at the end: what they are,
             // from the server's catalog, then the event again.
@@ -418,7 +418,7 @@ async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
                     if out.send(Item::Evolved { index, table }).await.is_err() {
                         return;
                     }
-                    reader.on_event(&event, |id| stream.get_tme(id))
+                    reader.on_event(&event)
                 }
                 Err(e) => Err(e),
             };
@@ -545,6 +545,8 @@ struct Reader {
     /// Table ids of the binlog's table maps: the table read, or None for
     /// a table not read.
     maps: HashMap<u64, Option<Mapped>>,
+    /// Each table map's column types, for reading its row images.
+    layouts: HashMap<u64, RowLayout>,
     tables: Vec<TableInfo>,
     /// Tables an ALTER that may drop or change columns was seen for: a map
     /// with fewer columns than known is then a drop, not a replay of rows
@@ -580,11 +582,7 @@ impl Reader {
         format!("{}:{}", coord.file_name(&self.file), coord.offset)
     }
 
-    fn on_event<'s>(
-        &mut self,
-        event: &Event,
-        tme: impl Fn(u64) -> Option<&'s TableMapEvent<'static>>,
-    ) -> Result<Step, SourceError> {
+    fn on_event(&mut self, event: &Event) -> Result<Step, SourceError> {
         let header = event.header();
         let end = header.log_pos();
         let start = end.saturating_sub(header.event_size());
@@ -710,6 +708,13 @@ impl Reader {
                     Ok(Step::Items(Vec::new()))
                 }
                 MapOutcome::Read(mapped) => {
+                    let layout = RowLayout::of(&map).map_err(|e| {
+                        SourceError::Invalid(format!(
+                            "{}: {e}",
+                            self.tables[mapped.index].schema.name
+                        ))
+                    })?;
+                    self.layouts.insert(map.table_id(), layout);
                     self.maps.insert(map.table_id(), Some(mapped));
                     Ok(Step::Items(Vec::new()))
                 }
@@ -719,13 +724,7 @@ impl Reader {
                 let Some(Some(mapped)) = self.maps.get(&rows.table_id()).copied() else {
                     return Ok(Step::Items(Vec::new()));
                 };
-                let map = tme(rows.table_id()).ok_or_else(|| {
-                    SourceError::Invalid(format!(
-                        "a row event at {}:{start} has no table map",
-                        self.file
-                    ))
-                })?;
-                self.on_rows(mapped, &rows, map, start).map(Step::Items)
+                self.on_rows(mapped, &rows, start).map(Step::Items)
             }
             _ => Ok(Step::Items(Vec::new())),
         }
@@ -890,10 +889,15 @@ impl Reader {
         &mut self,
         mapped: Mapped,
         rows: &RowsEventData<'_>,
-        map: &TableMapEvent<'_>,
         at: u32,
     ) -> Result<Vec<Item>, SourceError> {
         let Mapped { index, width } = mapped;
+        let Some(layout) = self.layouts.get(&rows.table_id()) else {
+            return Err(SourceError::Invalid(format!(
+                "a row event at {}:{at} has no table map",
+                self.file
+            )));
+        };
         let table = self.tables[index].schema.clone();
         let kinds = &self.tables[index].kinds;
         let here = self.coord(at);
@@ -907,7 +911,7 @@ impl Reader {
         if open.skipped {
             return Ok(Vec::new());
         }
-        let decode = |row: Option<BinlogRow>| -> Result<Vec<Value>, SourceError> {
+        let decode = |row: Option<Image>| -> Result<Vec<Value>, SourceError> {
             let mut row = row.ok_or_else(|| {
                 SourceError::Invalid(format!("a row event at {here:?} lacks a row image"))
             })?;
@@ -917,23 +921,11 @@ impl Reader {
                         // Written before the column was added.
                         return Ok(Value::Null);
                     }
-                    let raw = match row.take(i) {
-                        Some(BinlogValue::Value(v)) => v,
-                        Some(json @ BinlogValue::Jsonb(_)) => mysql_async::Value::try_from(json)
-                            .map_err(|e| SourceError::Invalid(format!("{}: JSON value: {e}", table.name)))?,
-                        Some(BinlogValue::JsonDiff(_)) => {
-                            return Err(SourceError::Config(format!(
-                                "{}: the binlog holds a partial JSON update: set \
-                                 binlog_row_value_options='' on the server",
-                                table.name
-                            )));
-                        }
-                        None => {
-                            return Err(SourceError::Config(format!(
-                                "{}: the binlog lacks column `{}` in a row: set binlog_row_image=FULL",
-                                table.name, table.columns[i].name
-                            )));
-                        }
+                    let Some(raw) = row.get_mut(i).and_then(Option::take) else {
+                        return Err(SourceError::Config(format!(
+                            "{}: the binlog lacks column `{}` in a row: set binlog_row_image=FULL",
+                            table.name, table.columns[i].name
+                        )));
                     };
                     convert(&kinds[i], raw, Origin::Binlog).map_err(|e| {
                         SourceError::Invalid(format!(
@@ -962,8 +954,14 @@ impl Reader {
                 .collect()
         };
         let mut out = Vec::new();
-        for row in rows.rows(map) {
-            let (before, after) = row.map_err(|e| {
+        let images = layout.rows(rows).map_err(|e| {
+            SourceError::Invalid(format!(
+                "{}: cannot read a row event at {}:{at}: {e}",
+                table.name, self.file
+            ))
+        })?;
+        for row in images {
+            let (before, after) = Ok::<_, String>(row).map_err(|e| {
                 SourceError::Invalid(format!(
                     "{}: cannot read a row event at {}:{at}: {e}",
                     table.name, self.file
@@ -1126,6 +1124,7 @@ mod tests {
             file_number: 1,
             open: None,
             maps: HashMap::new(),
+            layouts: HashMap::new(),
             may_have_dropped: HashSet::new(),
             tables: vec![TableInfo {
                 db: "shop".into(),
