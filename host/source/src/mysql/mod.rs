@@ -128,20 +128,24 @@ impl StartFile {
     }
 
     fn write(&self, at: BinlogCoord) -> Result<(), SourceError> {
-        if let Some(dir) = self.0.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
         let text = serde_json::json!({"file": at.file, "offset": at.offset}).to_string();
-        let temporary = self.0.with_extension("json.tmp");
-        let mut file = std::fs::File::create(&temporary)?;
-        std::io::Write::write_all(&mut file, text.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, &self.0)?;
-        if let Some(dir) = self.0.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        replace_durably(&self.0, text.as_bytes())
     }
+}
+
+/// Replaces the file at `path` with `bytes` in one step (a new file synced,
+/// renamed over the old one, the folder synced): a crash leaves the old
+/// contents or the new, never part of either.
+fn replace_durably(path: &std::path::Path, bytes: &[u8]) -> Result<(), SourceError> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let temporary = path.with_extension("json.tmp");
+    let mut file = std::fs::File::create(&temporary)?;
+    std::io::Write::write_all(&mut file, bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 impl Source for MysqlSource {

@@ -80,13 +80,7 @@ impl SchemaFile {
             );
         }
         let text = serde_json::to_string_pretty(&recorded).expect("shapes serialize");
-        if let Some(dir) = self.0.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let temporary = self.0.with_extension("json.tmp");
-        std::fs::write(&temporary, text)?;
-        std::fs::rename(&temporary, &self.0)?;
-        Ok(())
+        super::replace_durably(&self.0, text.as_bytes())
     }
 
     fn read(&self) -> Result<Recorded, SourceError> {

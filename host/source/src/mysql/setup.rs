@@ -105,8 +105,8 @@ pub(super) fn check_server(session: &mut Session) -> Result<(), SourceError> {
 
 /// The user's privileges: REPLICATION CLIENT (reading binlog positions),
 /// REPLICATION SLAVE (reading the binlog). SELECT is checked per table.
-pub(super) fn check_privileges(session: &mut Session) -> Result<BinlogCoord, SourceError> {
-    let head = match current_position(session) {
+pub(super) fn check_privileges(session: &mut Session) -> Result<(), SourceError> {
+    match current_position(session) {
         Err(e) if error_code(&e) == Some(1227) => {
             return Err(SourceError::Config(format!(
                 "the user cannot read the binlog position: grant it REPLICATION CLIENT \
@@ -140,7 +140,7 @@ pub(super) fn check_privileges(session: &mut Session) -> Result<BinlogCoord, Sou
                 .into(),
         ));
     }
-    Ok(head)
+    Ok(())
 }
 
 /// Where the server's binlog ends now.
