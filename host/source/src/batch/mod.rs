@@ -5,7 +5,6 @@
 //! losing or re-splitting anything: the end of the last whole transaction, or
 //! the last change of a piece of a transaction too big for one batch.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -178,11 +177,21 @@ pub struct BatchError {
     pub reason: String,
 }
 
+/// The batcher's maps are looked up once or twice per change: foldhash,
+/// seeded per process, costs a fraction of the standard library's SipHash
+/// on short keys. The keys are table names and row keys, not a peer's
+/// choosing alone; the per-process seed keeps collisions unplanned.
+type HashMap<K, V> = foldhash::HashMap<K, V>;
+
 pub struct Batcher {
     limits: BatchLimits,
     metadata: Vec<MetadataColumn>,
     tables: Vec<TableBuffer>,
     by_name: HashMap<String, usize>,
+    /// The table of the last change looked up: a transaction's changes
+    /// mostly share their table's schema (one `Arc`), which is then found
+    /// without hashing its name.
+    last_table: usize,
     /// Changes and estimated bytes buffered, before last-write-wins.
     rows: usize,
     /// Of `rows`, the snapshot rows buffered columnar.
@@ -228,7 +237,8 @@ impl Batcher {
             limits,
             metadata,
             tables: Vec::new(),
-            by_name: HashMap::new(),
+            by_name: HashMap::default(),
+            last_table: 0,
             rows: 0,
             read_rows: 0,
             bytes: 0,
@@ -265,8 +275,8 @@ impl Batcher {
             .changes
             .iter()
             .map(|c| self.check(c))
-            .collect::<Result<Vec<usize>, _>>()?;
-        let (rows, bytes) = (tx.changes.len(), sizes.iter().sum::<usize>());
+            .collect::<Result<Vec<(usize, usize)>, _>>()?;
+        let (rows, bytes) = (tx.changes.len(), sizes.iter().map(|s| s.1).sum::<usize>());
         let max_rows = self.limits.max_rows.max(1);
         let max_bytes = self.limits.max_bytes.max(1);
 
@@ -275,13 +285,13 @@ impl Batcher {
             // last change, so that a resume inside the transaction works.
             flushes.extend(self.flush(false));
             let (mut piece_rows, mut piece_bytes) = (0, 0);
-            for (change, size) in tx.changes.into_iter().zip(sizes) {
+            for (change, (table, size)) in tx.changes.into_iter().zip(sizes) {
                 if piece_rows > 0 && (piece_rows == max_rows || piece_bytes + size > max_bytes) {
                     flushes.extend(self.flush(false));
                     (piece_rows, piece_bytes) = (0, 0);
                 }
                 self.consumed = Some(change.pos.clone());
-                self.add(change, size);
+                self.add(change, table, size);
                 (piece_rows, piece_bytes) = (piece_rows + 1, piece_bytes + size);
             }
             self.consumed = Some(tx.end);
@@ -292,8 +302,8 @@ impl Batcher {
         if self.rows + rows > max_rows || self.bytes + bytes > max_bytes {
             flushes.extend(self.flush(false));
         }
-        for (change, size) in tx.changes.into_iter().zip(sizes) {
-            self.add(change, size);
+        for (change, (table, size)) in tx.changes.into_iter().zip(sizes) {
+            self.add(change, table, size);
         }
         self.consumed = Some(tx.end);
         if self.rows >= max_rows || self.bytes >= max_bytes {
@@ -507,7 +517,15 @@ impl Batcher {
 
     /// The buffer of `table`, registering a table the source did not announce.
     fn table_index(&mut self, table: &Arc<TableSchema>) -> usize {
+        if self
+            .tables
+            .get(self.last_table)
+            .is_some_and(|t| Arc::ptr_eq(&t.table, table))
+        {
+            return self.last_table;
+        }
         if let Some(&index) = self.by_name.get(&table.name) {
+            self.last_table = index;
             return index;
         }
         self.tables.push(TableBuffer {
@@ -517,7 +535,7 @@ impl Batcher {
             changes: Vec::new(),
             superseded: Vec::new(),
             superseded_count: 0,
-            latest: HashMap::new(),
+            latest: HashMap::default(),
             indexed: 0,
             high: None,
             keep_every_change: false,
@@ -528,7 +546,8 @@ impl Batcher {
     }
 
     /// Checks that the change fits its table and estimates its size in bytes.
-    fn check(&mut self, change: &Change) -> Result<usize, BatchError> {
+    /// The index of the change's table and the change's size.
+    fn check(&mut self, change: &Change) -> Result<(usize, usize), BatchError> {
         let index = self.table_index(&change.table);
         if !Arc::ptr_eq(&self.tables[index].table, &change.table)
             && *self.tables[index].table != *change.table
@@ -552,7 +571,7 @@ impl Batcher {
             fits(value, &column.data_type)
                 .map_err(|why| fail(format!("column `{}`: {why}", column.name)))?;
         }
-        Ok(change_bytes(change))
+        Ok((index, change_bytes(change)))
     }
 
     /// A source added columns to a table (Postgres: `ALTER TABLE ... ADD
@@ -603,12 +622,13 @@ impl Batcher {
         Ok(())
     }
 
-    fn add(&mut self, change: Change, size: usize) {
+    /// Buffers `change` of table `table` (an index from [`Batcher::check`]).
+    fn add(&mut self, change: Change, table: usize, size: usize) {
         if self.rows == 0 {
             self.oldest = Some(Instant::now());
         }
         (self.rows, self.bytes) = (self.rows + 1, self.bytes + size);
-        let buffer = &mut self.tables[self.by_name[&change.table.name]];
+        let buffer = &mut self.tables[table];
         let snapshot = change.snapshot;
         buffer.changes.push(change);
         buffer.superseded.push(false);

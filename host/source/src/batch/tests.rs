@@ -6,6 +6,7 @@ use crate::Source;
 use crate::change::{Column, Op};
 use crate::generator::{self, ExpectedState, Generator, GeneratorConfig};
 use arrow_schema::DataType;
+use std::collections::HashMap;
 use weir_contract::utc_micros;
 
 fn table(name: &str, columns: &[(&str, DataType)], key: &[usize]) -> Arc<TableSchema> {

@@ -20,16 +20,15 @@ use mysql_async::binlog::events::{
 };
 use mysql_async::prelude::*;
 use mysql_async::{BinlogStreamRequest, Conn};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::flavor::Gtid;
 use super::position::{BinlogCoord, describe};
-use super::row_image::{Image, RowLayout};
+use super::row_image::{RowError, RowLayout, Wanted};
 use super::schema_file::SchemaFile;
 use super::session::Session;
 use super::session::server_error;
 use super::setup::{COLUMNS_SQL, ColumnRow, Table, column_of, file_of};
-use super::types::{Origin, convert};
 use crate::SourceError;
 use crate::change::{Change, Op, TableSchema, Transaction, Value};
 use crate::postgres::PieceLimits;
@@ -38,8 +37,10 @@ use weir_core::position::Position;
 /// How long `next` waits for the stream before it hands on an idle
 /// transaction, so that the pipeline can flush and heartbeat.
 const IDLE_WAIT: Duration = Duration::from_millis(200);
-/// Transactions (or pieces) read ahead of the pipeline.
-const READ_AHEAD: usize = 4;
+/// How far the reader may run ahead of the pipeline, in batches of the
+/// piece limits (changes and bytes): far enough to go on decoding while
+/// the pipeline commits a batch, bounded so that memory stays so.
+const READ_AHEAD_BATCHES: usize = 2;
 const RETRY_DELAY: Duration = Duration::from_millis(500);
 
 /// MariaDB's GTID event and its "standalone" flag (a statement without
@@ -92,7 +93,7 @@ struct TableInfo {
 pub(super) struct Stream {
     /// Where a table's added columns are recorded for later runs.
     schema_file: SchemaFile,
-    rx: Option<mpsc::Receiver<Item>>,
+    rx: Option<mpsc::UnboundedReceiver<Ahead>>,
     task: Option<tokio::task::JoinHandle<()>>,
     tables: Arc<Vec<TableInfo>>,
     /// Where the stream reads from next time it connects.
@@ -163,11 +164,20 @@ impl Stream {
                     continue;
                 }
             }
-            let left = deadline.saturating_duration_since(Instant::now());
             let rx = self.rx.as_mut().expect("connected above");
-            let item = session
-                .io()
-                .block_on(async { tokio::time::timeout(left, rx.recv()).await });
+            // What the reader has ready is taken without a timer and a
+            // trip through the runtime: most items, when the stream is
+            // behind.
+            let item = match rx.try_recv() {
+                Ok(ahead) => Ok(Some(ahead)),
+                Err(mpsc::error::TryRecvError::Disconnected) => Ok(None),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    session
+                        .io()
+                        .block_on(async { tokio::time::timeout(left, rx.recv()).await })
+                }
+            };
             let item = match item {
                 Err(_) => {
                     // Nothing for a moment: stand where the stream is.
@@ -181,7 +191,8 @@ impl Stream {
                     error: "the binlog reader ended".into(),
                     restart: self.from,
                 },
-                Ok(Some(item)) => item,
+                // The item's share of the read-ahead is given back here.
+                Ok(Some(ahead)) => ahead.item,
             };
             match item {
                 Item::Tx { tx, reached } => {
@@ -278,7 +289,8 @@ impl Stream {
             }
             Err(e) => return Err(e),
         };
-        let (sender, receiver) = mpsc::channel(READ_AHEAD);
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let sender = Outbox::new(sender, self.limits);
         let setup = ReaderSetup {
             opts: session.opts().clone(),
             server_id: self.server_id,
@@ -311,7 +323,11 @@ impl Drop for Stream {
 /// `tx` without what was already handed on; None when nothing is left.
 fn admit(mut tx: Transaction, emitted: &mut Option<Position>) -> Option<Transaction> {
     if let Some(last) = emitted.as_ref() {
-        tx.changes.retain(|c| c.pos > *last);
+        // Changes come in position order: only a transaction that begins
+        // at or before what was handed on needs a look at each.
+        if tx.changes.first().is_some_and(|c| c.pos <= *last) {
+            tx.changes.retain(|c| c.pos > *last);
+        }
         if tx.changes.is_empty() && tx.end <= *last {
             return None;
         }
@@ -321,7 +337,83 @@ fn admit(mut tx: Transaction, emitted: &mut Option<Position>) -> Option<Transact
 }
 
 /// The reading task: connects, reads, and ends with `Lost` or `Failed`.
-async fn read_binlog(setup: ReaderSetup, out: mpsc::Sender<Item>) {
+/// An item read ahead, holding its share of the read-ahead until taken.
+struct Ahead {
+    item: Item,
+    _changes: OwnedSemaphorePermit,
+    _kib: Option<OwnedSemaphorePermit>,
+}
+
+/// The reader's end of the channel: an item waits for its changes and
+/// bytes to fit in what the pipeline has not taken yet.
+struct Outbox {
+    tx: mpsc::UnboundedSender<Ahead>,
+    changes: Arc<Semaphore>,
+    kib: Arc<Semaphore>,
+    changes_total: u32,
+    kib_total: u32,
+}
+
+impl Outbox {
+    fn new(tx: mpsc::UnboundedSender<Ahead>, limits: PieceLimits) -> Outbox {
+        let total = |n: usize| {
+            u32::try_from(n.saturating_mul(READ_AHEAD_BATCHES))
+                .unwrap_or(u32::MAX)
+                .clamp(1, Semaphore::MAX_PERMITS as u32)
+        };
+        let changes_total = total(limits.changes);
+        let kib_total = total(limits.bytes.div_ceil(1024));
+        Outbox {
+            tx,
+            changes: Arc::new(Semaphore::new(changes_total as usize)),
+            kib: Arc::new(Semaphore::new(kib_total as usize)),
+            changes_total,
+            kib_total,
+        }
+    }
+
+    /// Sends `item` once it fits (an item bigger than the whole read-ahead
+    /// waits for all of it); Err when the pipeline's side is gone.
+    async fn send(&self, item: Item) -> Result<(), ()> {
+        let (changes, bytes) = match &item {
+            Item::Tx { tx, .. } => (
+                tx.changes.len(),
+                tx.changes
+                    .iter()
+                    .map(|c| c.values.iter().map(value_bytes).sum::<usize>())
+                    .sum(),
+            ),
+            _ => (1, 0),
+        };
+        let changes = (changes.max(1) as u32).min(self.changes_total);
+        let kib = (bytes.div_ceil(1024) as u32).min(self.kib_total);
+        let changes = self
+            .changes
+            .clone()
+            .acquire_many_owned(changes)
+            .await
+            .map_err(|_| ())?;
+        let kib = match kib {
+            0 => None,
+            n => Some(
+                self.kib
+                    .clone()
+                    .acquire_many_owned(n)
+                    .await
+                    .map_err(|_| ())?,
+            ),
+        };
+        self.tx
+            .send(Ahead {
+                item,
+                _changes: changes,
+                _kib: kib,
+            })
+            .map_err(|_| ())
+    }
+}
+
+async fn read_binlog(setup: ReaderSetup, out: Outbox) {
     let restart = setup.from;
     let mut reader = Reader {
         file: setup.file.clone(),
@@ -708,7 +800,8 @@ impl Reader {
                     Ok(Step::Items(Vec::new()))
                 }
                 MapOutcome::Read(mapped) => {
-                    let layout = RowLayout::of(&map).map_err(|e| {
+                    let kinds = &self.tables[mapped.index].kinds;
+                    let layout = RowLayout::of(&map, kinds).map_err(|e| {
                         SourceError::Invalid(format!(
                             "{}: {e}",
                             self.tables[mapped.index].schema.name
@@ -879,10 +972,7 @@ impl Reader {
         if names.len() > known.len() {
             return Ok(MapOutcome::Added { index, names });
         }
-        Ok(MapOutcome::Read(Mapped {
-            index,
-            width: names.len(),
-        }))
+        Ok(MapOutcome::Read(Mapped { index }))
     }
 
     fn on_rows(
@@ -891,7 +981,7 @@ impl Reader {
         rows: &RowsEventData<'_>,
         at: u32,
     ) -> Result<Vec<Item>, SourceError> {
-        let Mapped { index, width } = mapped;
+        let Mapped { index } = mapped;
         let Some(layout) = self.layouts.get(&rows.table_id()) else {
             return Err(SourceError::Invalid(format!(
                 "a row event at {}:{at} has no table map",
@@ -899,8 +989,6 @@ impl Reader {
             )));
         };
         let table = self.tables[index].schema.clone();
-        let kinds = &self.tables[index].kinds;
-        let here = self.coord(at);
         let file = self.file.clone();
         let Some(open) = self.open.as_mut() else {
             return Err(SourceError::Invalid(format!(
@@ -911,81 +999,54 @@ impl Reader {
         if open.skipped {
             return Ok(Vec::new());
         }
-        let decode = |row: Option<Image>| -> Result<Vec<Value>, SourceError> {
-            let mut row = row.ok_or_else(|| {
-                SourceError::Invalid(format!("a row event at {here:?} lacks a row image"))
-            })?;
-            (0..kinds.len())
-                .map(|i| {
-                    if i >= width {
-                        // Written before the column was added.
-                        return Ok(Value::Null);
-                    }
-                    let Some(raw) = row.get_mut(i).and_then(Option::take) else {
-                        return Err(SourceError::Config(format!(
-                            "{}: the binlog lacks column `{}` in a row: set binlog_row_image=FULL",
-                            table.name, table.columns[i].name
-                        )));
-                    };
-                    convert(&kinds[i], raw, Origin::Binlog).map_err(|e| {
-                        SourceError::Invalid(format!(
-                            "{}, column `{}`, a change of the transaction at {}:{}: {e}",
-                            table.name,
-                            table.columns[i].name,
-                            open.start.file_name(&file),
-                            open.start.offset
-                        ))
-                    })
-                })
-                .collect()
-        };
+        // A before image is needed for its key alone: a delete hands on
+        // the key, an update compares it with the after image's.
         let key = table.key.clone();
-        let key_only = |values: &[Value]| -> Vec<Value> {
-            values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    if key.contains(&i) {
-                        v.clone()
-                    } else {
-                        Value::Null
-                    }
-                })
-                .collect()
+        let images = layout
+            .rows(rows, Wanted::Only(&key), Wanted::All)
+            .map_err(|e| match e {
+                RowError::Read(e) => SourceError::Invalid(format!(
+                    "{}: cannot read a row event at {}:{at}: {e}",
+                    table.name, file
+                )),
+                RowError::Missing(i) => SourceError::Config(format!(
+                    "{}: the binlog lacks column `{}` in a row: set binlog_row_image=FULL",
+                    table.name, table.columns[i].name
+                )),
+                RowError::Convert(i, e) => SourceError::Invalid(format!(
+                    "{}, column `{}`, a change of the transaction at {}:{}: {e}",
+                    table.name,
+                    table.columns[i].name,
+                    open.start.file_name(&file),
+                    open.start.offset
+                )),
+            })?;
+        let lacks_image = || {
+            SourceError::Invalid(format!(
+                "{}: a row event at {}:{at} lacks a row image",
+                table.name, file
+            ))
         };
         let mut out = Vec::new();
-        let images = layout.rows(rows).map_err(|e| {
-            SourceError::Invalid(format!(
-                "{}: cannot read a row event at {}:{at}: {e}",
-                table.name, self.file
-            ))
-        })?;
-        for row in images {
-            let (before, after) = Ok::<_, String>(row).map_err(|e| {
-                SourceError::Invalid(format!(
-                    "{}: cannot read a row event at {}:{at}: {e}",
-                    table.name, self.file
-                ))
-            })?;
+        for (before, after) in images {
             let changes: Vec<(Op, Vec<Value>)> = match rows {
                 RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => {
-                    vec![(Op::Insert, decode(after)?)]
+                    vec![(Op::Insert, after.ok_or_else(lacks_image)?)]
                 }
                 RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => {
-                    vec![(Op::Delete, key_only(&decode(before)?))]
+                    vec![(Op::Delete, before.ok_or_else(lacks_image)?)]
                 }
                 RowsEventData::UpdateRowsEvent(_)
                 | RowsEventData::UpdateRowsEventV1(_)
                 | RowsEventData::PartialUpdateRowsEvent(_) => {
-                    let old = decode(before)?;
-                    let new = decode(after)?;
-                    let mut both = Vec::new();
+                    let old = before.ok_or_else(lacks_image)?;
+                    let new = after.ok_or_else(lacks_image)?;
                     if key.iter().any(|&k| old[k] != new[k]) {
                         // A changed key: the row leaves its old key.
-                        both.push((Op::Delete, key_only(&old)));
+                        vec![(Op::Delete, old), (Op::Update, new)]
+                    } else {
+                        vec![(Op::Update, new)]
                     }
-                    both.push((Op::Update, new));
-                    both
                 }
             };
             for (op, values) in changes {
@@ -1079,12 +1140,12 @@ enum Ddl {
     Stop,
 }
 
-/// A table map of a table the source reads: which table, and how many of
-/// its known columns the rows carry (fewer: rows from before an ADD COLUMN).
+/// A table map of a table the source reads: which table. (How many of its
+/// known columns the rows carry, fewer for rows from before an ADD COLUMN,
+/// is in the map's [`RowLayout`].)
 #[derive(Clone, Copy, Debug)]
 struct Mapped {
     index: usize,
-    width: usize,
 }
 
 enum MapOutcome {

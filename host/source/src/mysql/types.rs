@@ -499,7 +499,7 @@ fn micros(y: u16, m: u8, d: u8, h: u8, mi: u8, s: u8, us: u32) -> Result<i64, St
 
 /// MySQL's latin1 is Windows-1252: 0x80..0x9F are the typographic marks,
 /// the rest is ISO 8859-1.
-fn latin1(bytes: &[u8]) -> String {
+pub(super) fn latin1(bytes: &[u8]) -> String {
     const HIGH: [char; 32] = [
         '€', '\u{81}', '‚', 'ƒ', '„', '…', '†', '‡', 'ˆ', '‰', 'Š', '‹', 'Œ', '\u{8d}', 'Ž',
         '\u{8f}', '\u{90}', '‘', '’', '“', '”', '•', '–', '—', '˜', '™', 'š', '›', 'œ', '\u{9d}',
