@@ -18,7 +18,7 @@ use mysql_async::Row;
 
 use super::flavor::Coordinates;
 use super::position::{BackfillPlace, BinlogCoord, order_bytes};
-use super::session::Session;
+use super::session::{Pending, Session};
 use super::setup::current_position;
 use super::setup::{Table, ident};
 use super::types::{Origin, convert, show};
@@ -36,6 +36,13 @@ pub(super) struct Backfill {
     /// Whether the session is inside the snapshot's transaction.
     in_snapshot: bool,
     chunk_rows: usize,
+    /// The next chunk's query, running on the session's connection while
+    /// the last chunk is turned into Arrow.
+    next: Option<Pending<Row>>,
+}
+
+fn reading(table: &Table) -> String {
+    format!("reading {} for the backfill", table.name)
 }
 
 impl Backfill {
@@ -55,6 +62,7 @@ impl Backfill {
             stream_from: BinlogCoord { file: 0, offset: 0 },
             in_snapshot: false,
             chunk_rows,
+            next: None,
         };
         let snapshot = backfill.open_snapshot(session)?;
         backfill.stream_from = stream_from.unwrap_or(snapshot);
@@ -74,12 +82,14 @@ impl Backfill {
             stream_from: place.stream_from,
             in_snapshot: false,
             chunk_rows,
+            next: None,
         }
     }
 
     /// Starts the snapshot the tables are read in; its binlog coordinates
     /// (how depends on the server: [`Flavor::snapshot_steps`]).
     fn open_snapshot(&mut self, session: &mut Session) -> Result<BinlogCoord, SourceError> {
+        self.next = None;
         session.reset();
         let steps = session.flavor.snapshot_steps();
         for statement in steps.before {
@@ -143,26 +153,39 @@ impl Backfill {
                 self.open_snapshot(session)?;
             }
             let table = &tables[index];
-            let (sql, params) = self.chunk_query(table);
-            let rows: Vec<Row> = session
-                .exec(
-                    &format!("reading {} for the backfill", table.name),
-                    &sql,
-                    params,
-                )
-                .inspect_err(|_| self.in_snapshot = false)?;
+            let rows: Vec<Row> = match self.next.take() {
+                Some(pending) => session.finish(pending),
+                None => {
+                    let (sql, params) = self.chunk_query(table);
+                    session.exec(&reading(table), &sql, params)
+                }
+            }
+            .inspect_err(|_| self.in_snapshot = false)?;
             let done = rows.len() < self.chunk_rows;
-            let chunk = if rows.is_empty() {
-                None
-            } else {
-                Some(self.chunk(table, rows)?)
-            };
             if done {
                 self.queue.remove(0);
                 self.after = None;
+            } else if let Some(last) = rows.last() {
+                self.after = Some(
+                    table
+                        .schema
+                        .key
+                        .iter()
+                        .map(|&k| last.as_ref(k).cloned().unwrap_or(mysql_async::Value::NULL))
+                        .collect(),
+                );
             }
-            if let Some(chunk) = chunk {
-                return Ok(Some(chunk));
+            // The server reads the next chunk while this one is converted.
+            if let Some(&following) = self.queue.first() {
+                let (sql, params) = self.chunk_query(&tables[following]);
+                self.next = Some(
+                    session
+                        .start_exec(&reading(&tables[following]), sql, params)
+                        .inspect_err(|_| self.in_snapshot = false)?,
+                );
+            }
+            if !rows.is_empty() {
+                return self.chunk(table, rows).map(Some);
             }
         }
     }
@@ -219,7 +242,6 @@ impl Backfill {
         let mut columns: Vec<Vec<Value>> =
             (0..width).map(|_| Vec::with_capacity(rows.len())).collect();
         let mut positions = BinaryBuilder::new();
-        let mut last_key = Vec::new();
         for row in rows {
             let raw = row.unwrap();
             if raw.len() != width {
@@ -252,10 +274,9 @@ impl Backfill {
             let place = BackfillPlace {
                 stream_from: self.stream_from,
                 order: BackfillPlace::order_of(order_bytes.iter().map(Vec::as_slice)),
-                key: key.clone(),
+                key,
             };
             positions.append_value(place.position(&table.name).as_bytes());
-            last_key = key;
         }
         let len = columns.first().map_or(0, Vec::len);
         let arrays = columns
@@ -267,7 +288,6 @@ impl Backfill {
         let end = weir_core::position::Position::from_bytes(
             positions.value(positions.len() - 1).to_vec(),
         );
-        self.after = Some(last_key);
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);

@@ -96,6 +96,50 @@ impl Session {
         self.settle(what, result)
     }
 
+    /// Starts a prepared statement with `params` on the runtime, with the
+    /// connection moved into it, so that the pipeline's thread can work on
+    /// meanwhile; [`Session::finish`] takes its rows and gives the
+    /// connection back. Until then the session has no connection of its
+    /// own (a statement in between would open another, outside any
+    /// transaction of this one).
+    pub fn start_exec<T: FromRow + Send + 'static>(
+        &mut self,
+        what: &str,
+        sql: String,
+        params: Vec<mysql_async::Value>,
+    ) -> Result<Pending<T>, SourceError> {
+        self.conn()?;
+        let mut conn = self.conn.take().expect("connected above");
+        let task = self.io.spawn(async move {
+            let result = conn.exec::<T, _, _>(sql, params).await;
+            (conn, result)
+        });
+        Ok(Pending {
+            what: what.to_string(),
+            task,
+        })
+    }
+
+    /// The rows of a statement [`Session::start_exec`] started, once it
+    /// ends, with its connection back in the session.
+    pub fn finish<T: Send + 'static>(
+        &mut self,
+        mut pending: Pending<T>,
+    ) -> Result<Vec<T>, SourceError> {
+        let (io, stop) = (self.io.clone(), self.stop.clone());
+        match run(&io, &stop, &mut pending.task) {
+            Some(Ok((conn, result))) => {
+                self.conn = Some(conn);
+                self.settle(&pending.what, Some(result))
+            }
+            Some(Err(e)) => {
+                self.conn = None;
+                Err(SourceError::Unavailable(format!("{}: {e}", pending.what)))
+            }
+            None => self.settle(&pending.what, None),
+        }
+    }
+
     /// Runs statements whose results do not matter.
     pub fn run(&mut self, what: &str, sql: &str) -> Result<(), SourceError> {
         let sql = sql.to_string();
@@ -131,6 +175,20 @@ impl Session {
     /// Drops the connection (ending any transaction on it).
     pub fn reset(&mut self) {
         self.conn = None;
+    }
+}
+
+/// A statement running on the runtime with the session's connection;
+/// dropped unfinished, the statement and its connection end.
+pub(super) struct Pending<T> {
+    what: String,
+    #[allow(clippy::type_complexity)]
+    task: tokio::task::JoinHandle<(Conn, Result<Vec<T>, mysql_async::Error>)>,
+}
+
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
