@@ -1,8 +1,9 @@
-//! The backfill: every table in name order, each in key order, `chunk_rows`
-//! rows per query, all read in one consistent snapshot whose binlog
-//! coordinates the server reports (MariaDB's `binlog_snapshot_file` and
-//! `_position` for `START TRANSACTION WITH CONSISTENT SNAPSHOT`), so no lock
-//! is taken. Each chunk becomes one transaction of Arrow columns.
+//! The backfill: every table in name order, each in key order as one
+//! result cut into chunks of `chunk_rows` rows, all read in one consistent
+//! snapshot whose binlog coordinates the server reports (MariaDB's
+//! `binlog_snapshot_file` and `_position` for `START TRANSACTION WITH
+//! CONSISTENT SNAPSHOT`), so no lock is taken. Each chunk becomes one
+//! transaction of Arrow columns.
 //!
 //! A backfill resumed after a crash reads on after the last committed key
 //! in a new snapshot, and keeps the first snapshot's coordinates for the
@@ -18,7 +19,7 @@ use mysql_async::Row;
 
 use super::flavor::Coordinates;
 use super::position::{BackfillPlace, BinlogCoord, order_bytes};
-use super::session::{Pending, Session};
+use super::session::{RowStream, Session};
 use super::setup::current_position;
 use super::setup::{Table, ident};
 use super::types::{Origin, convert, show};
@@ -36,9 +37,9 @@ pub(super) struct Backfill {
     /// Whether the session is inside the snapshot's transaction.
     in_snapshot: bool,
     chunk_rows: usize,
-    /// The next chunk's query, running on the session's connection while
-    /// the last chunk is turned into Arrow.
-    next: Option<Pending<Row>>,
+    /// The rows of the first table of the queue, read on the runtime in
+    /// chunks while the last chunk is turned into Arrow.
+    reading: Option<RowStream>,
 }
 
 fn reading(table: &Table) -> String {
@@ -62,7 +63,7 @@ impl Backfill {
             stream_from: BinlogCoord { file: 0, offset: 0 },
             in_snapshot: false,
             chunk_rows,
-            next: None,
+            reading: None,
         };
         let snapshot = backfill.open_snapshot(session)?;
         backfill.stream_from = stream_from.unwrap_or(snapshot);
@@ -82,14 +83,14 @@ impl Backfill {
             stream_from: place.stream_from,
             in_snapshot: false,
             chunk_rows,
-            next: None,
+            reading: None,
         }
     }
 
     /// Starts the snapshot the tables are read in; its binlog coordinates
     /// (how depends on the server: [`Flavor::snapshot_steps`]).
     fn open_snapshot(&mut self, session: &mut Session) -> Result<BinlogCoord, SourceError> {
-        self.next = None;
+        self.reading = None;
         session.reset();
         let steps = session.flavor.snapshot_steps();
         for statement in steps.before {
@@ -153,19 +154,30 @@ impl Backfill {
                 self.open_snapshot(session)?;
             }
             let table = &tables[index];
-            let rows: Vec<Row> = match self.next.take() {
-                Some(pending) => session.finish(pending),
-                None => {
-                    let (sql, params) = self.chunk_query(table);
-                    session.exec(&reading(table), &sql, params)
-                }
+            if self.reading.is_none() {
+                let (sql, params) = self.table_query(table);
+                let stream = session
+                    .stream_rows(&reading(table), sql, params, self.chunk_rows)
+                    .inspect_err(|_| self.in_snapshot = false)?;
+                self.reading = Some(stream);
             }
-            .inspect_err(|_| self.in_snapshot = false)?;
-            let done = rows.len() < self.chunk_rows;
-            if done {
+            let stream = self.reading.as_mut().expect("started above");
+            let rows = match session.next_rows(stream) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    // A new snapshot reads on after the last key handed on.
+                    self.reading = None;
+                    self.in_snapshot = false;
+                    return Err(e);
+                }
+            };
+            let Some(rows) = rows else {
+                self.reading = None;
                 self.queue.remove(0);
                 self.after = None;
-            } else if let Some(last) = rows.last() {
+                continue;
+            };
+            if let Some(last) = rows.last() {
                 self.after = Some(
                     table
                         .schema
@@ -175,26 +187,16 @@ impl Backfill {
                         .collect(),
                 );
             }
-            // The server reads the next chunk while this one is converted.
-            if let Some(&following) = self.queue.first() {
-                let (sql, params) = self.chunk_query(&tables[following]);
-                self.next = Some(
-                    session
-                        .start_exec(&reading(&tables[following]), sql, params)
-                        .inspect_err(|_| self.in_snapshot = false)?,
-                );
-            }
-            if !rows.is_empty() {
-                return self.chunk(table, rows).map(Some);
-            }
+            return self.chunk(table, rows).map(Some);
         }
     }
 
-    /// `SELECT … ORDER BY key LIMIT n`, after the last key read. Text keys
+    /// `SELECT … ORDER BY key`, after the last key read: the server sends
+    /// the table as one result, cut into chunks as it is read. Text keys
     /// are read in the order of their UTF-8 bytes (what their positions
     /// encode), not their collation's: the server then sorts them itself
     /// rather than walk the index, so such tables read slower.
-    fn chunk_query(&self, table: &Table) -> (String, Vec<mysql_async::Value>) {
+    fn table_query(&self, table: &Table) -> (String, Vec<mysql_async::Value>) {
         let columns: Vec<String> = table.column_names().map(ident).collect();
         let key = &table.schema.key;
         let key_names: Vec<String> = key
@@ -228,11 +230,7 @@ impl Backfill {
             }
             sql.push_str(&format!(" WHERE {}", alternatives.join(" OR ")));
         }
-        sql.push_str(&format!(
-            " ORDER BY {} LIMIT {}",
-            key_names.join(", "),
-            self.chunk_rows
-        ));
+        sql.push_str(&format!(" ORDER BY {}", key_names.join(", ")));
         (sql, params)
     }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use mysql_async::{Conn, Opts};
+use mysql_async::{Conn, Opts, Row};
 
 use super::flavor::Flavor;
 use crate::SourceError;
@@ -59,8 +59,12 @@ impl Session {
             let opts = self.opts.clone();
             let conn = self.block_on(async move {
                 let mut conn = Conn::new(opts).await?;
-                // Values of TIMESTAMP columns are read in UTC, text in UTF-8.
-                conn.query_drop("SET time_zone = '+00:00', NAMES utf8mb4")
+                // Values of TIMESTAMP columns are read in UTC, text in
+                // UTF-8. A backfill reads a table as one result, which waits
+                // in the server's send while the sinks commit: the server
+                // gives up on a client that reads nothing for
+                // net_write_timeout (60 s by default), here ten minutes.
+                conn.query_drop("SET time_zone = '+00:00', NAMES utf8mb4, net_write_timeout = 600")
                     .await?;
                 Ok::<_, mysql_async::Error>(conn)
             })?;
@@ -96,47 +100,89 @@ impl Session {
         self.settle(what, result)
     }
 
-    /// Starts a prepared statement with `params` on the runtime, with the
-    /// connection moved into it, so that the pipeline's thread can work on
-    /// meanwhile; [`Session::finish`] takes its rows and gives the
-    /// connection back. Until then the session has no connection of its
-    /// own (a statement in between would open another, outside any
-    /// transaction of this one).
-    pub fn start_exec<T: FromRow + Send + 'static>(
+    /// Reads the rows of a prepared statement with `params` on the
+    /// runtime, `chunk` rows at a time and up to [`ROWS_AHEAD`] chunks
+    /// ahead, with the connection moved into the reading task: the server
+    /// sends and the task parses while the pipeline's thread converts.
+    /// [`Session::next_rows`] takes the chunks; once they are all taken the
+    /// connection is back in the session. Meanwhile the session has no
+    /// connection of its own (a statement in between would open another,
+    /// outside this one's transaction).
+    pub fn stream_rows(
         &mut self,
         what: &str,
         sql: String,
         params: Vec<mysql_async::Value>,
-    ) -> Result<Pending<T>, SourceError> {
+        chunk: usize,
+    ) -> Result<RowStream, SourceError> {
         self.conn()?;
         let mut conn = self.conn.take().expect("connected above");
+        let chunk = chunk.max(1);
+        let (tx, rx) = tokio::sync::mpsc::channel(ROWS_AHEAD);
         let task = self.io.spawn(async move {
-            let result = conn.exec::<T, _, _>(sql, params).await;
-            (conn, result)
+            let read = async {
+                let mut result = conn.exec_iter(sql, params).await?;
+                let mut rows = Vec::with_capacity(chunk);
+                while let Some(row) = result.next().await? {
+                    rows.push(row);
+                    if rows.len() == chunk {
+                        let full = std::mem::replace(&mut rows, Vec::with_capacity(chunk));
+                        if tx.send(Ok(full)).await.is_err() {
+                            return Ok(false);
+                        }
+                    }
+                }
+                if !rows.is_empty() && tx.send(Ok(rows)).await.is_err() {
+                    return Ok(false);
+                }
+                Ok::<_, mysql_async::Error>(true)
+            };
+            match read.await {
+                Ok(true) => Some(conn),
+                // Nobody reads on: the rest of the result stays unread,
+                // and the connection cannot be used again.
+                Ok(false) => None,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    None
+                }
+            }
         });
-        Ok(Pending {
+        Ok(RowStream {
             what: what.to_string(),
+            rx,
             task,
         })
     }
 
-    /// The rows of a statement [`Session::start_exec`] started, once it
-    /// ends, with its connection back in the session.
-    pub fn finish<T: Send + 'static>(
-        &mut self,
-        mut pending: Pending<T>,
-    ) -> Result<Vec<T>, SourceError> {
+    /// The next chunk of `stream`'s rows, or None once they are all read
+    /// (and the connection is back in the session).
+    pub fn next_rows(&mut self, stream: &mut RowStream) -> Result<Option<Vec<Row>>, SourceError> {
         let (io, stop) = (self.io.clone(), self.stop.clone());
-        match run(&io, &stop, &mut pending.task) {
-            Some(Ok((conn, result))) => {
-                self.conn = Some(conn);
-                self.settle(&pending.what, Some(result))
-            }
-            Some(Err(e)) => {
-                self.conn = None;
-                Err(SourceError::Unavailable(format!("{}: {e}", pending.what)))
-            }
-            None => self.settle(&pending.what, None),
+        // Ready chunks are taken without a trip through the runtime.
+        let next = match stream.rx.try_recv() {
+            Ok(chunk) => Some(Some(chunk)),
+            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => Some(None),
+            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => run(&io, &stop, stream.rx.recv()),
+        };
+        match next {
+            Some(Some(Ok(rows))) => Ok(Some(rows)),
+            Some(Some(Err(e))) => self.settle(&stream.what, Some(Err(e))),
+            Some(None) => match run(&io, &stop, &mut stream.task) {
+                Some(Ok(Some(conn))) => {
+                    self.conn = Some(conn);
+                    Ok(None)
+                }
+                Some(_) => {
+                    self.conn = None;
+                    Err(SourceError::Unavailable(format!(
+                        "{}: the reading task ended early",
+                        stream.what
+                    )))
+                }
+                None => self.settle(&stream.what, None),
+            },
+            None => self.settle(&stream.what, None),
         }
     }
 
@@ -178,15 +224,20 @@ impl Session {
     }
 }
 
-/// A statement running on the runtime with the session's connection;
+/// Chunks of rows read ahead of the pipeline by [`Session::stream_rows`]:
+/// enough to keep the server and the parsing busy while a chunk is
+/// converted, few enough to bound memory by `chunk_rows`.
+const ROWS_AHEAD: usize = 2;
+
+/// A statement's rows, read on the runtime with the session's connection;
 /// dropped unfinished, the statement and its connection end.
-pub(super) struct Pending<T> {
+pub(super) struct RowStream {
     what: String,
-    #[allow(clippy::type_complexity)]
-    task: tokio::task::JoinHandle<(Conn, Result<Vec<T>, mysql_async::Error>)>,
+    rx: tokio::sync::mpsc::Receiver<Result<Vec<Row>, mysql_async::Error>>,
+    task: tokio::task::JoinHandle<Option<Conn>>,
 }
 
-impl<T> Drop for Pending<T> {
+impl Drop for RowStream {
     fn drop(&mut self) {
         self.task.abort();
     }
