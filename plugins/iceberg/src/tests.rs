@@ -550,6 +550,7 @@ fn configuration_is_checked() {
     assert_eq!(destination_path("a.b.c").unwrap(), "a/b/c");
     assert!(destination_path("a..b").is_err());
     assert!(destination_path("_weir.x").is_err());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The in-memory key index of the sink equals one rebuilt from the table's
@@ -1383,4 +1384,5 @@ fn a_two_column_key_is_found_whatever_order_a_metadata_load_lists_it_in() {
     }
     assert_eq!(rows.len(), keys.len());
     assert_index_matches_table(&mut s, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
 }
