@@ -336,7 +336,6 @@ fn admit(mut tx: Transaction, emitted: &mut Option<Position>) -> Option<Transact
     Some(tx)
 }
 
-/// The reading task: connects, reads, and ends with `Lost` or `Failed`.
 /// An item read ahead, holding its share of the read-ahead until taken.
 struct Ahead {
     item: Item,
@@ -413,6 +412,7 @@ impl Outbox {
     }
 }
 
+/// The reading task: connects, reads, and ends with `Lost` or `Failed`.
 async fn read_binlog(setup: ReaderSetup, out: Outbox) {
     let restart = setup.from;
     let mut reader = Reader {
