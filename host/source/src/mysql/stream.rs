@@ -52,10 +52,12 @@ const HEARTBEAT_EVENT: u8 = 0x1b;
 /// What the reading task hands on.
 enum Item {
     /// A transaction or a piece of one; `reached` is where the reader then
-    /// stands when it ended a transaction (None inside one).
+    /// stands when it ended a transaction (None inside one); `bytes`, the
+    /// size of its values as the reader counted them for the piece limits.
     Tx {
         tx: Transaction,
         reached: Option<BinlogCoord>,
+        bytes: usize,
     },
     /// Between transactions, at this coordinate.
     Stand(BinlogCoord),
@@ -195,7 +197,7 @@ impl Stream {
                 Ok(Some(ahead)) => ahead.item,
             };
             match item {
-                Item::Tx { tx, reached } => {
+                Item::Tx { tx, reached, .. } => {
                     self.lost_since = None;
                     if let Some(at) = reached {
                         self.from = at;
@@ -375,13 +377,7 @@ impl Outbox {
     /// waits for all of it); Err when the pipeline's side is gone.
     async fn send(&self, item: Item) -> Result<(), ()> {
         let (changes, bytes) = match &item {
-            Item::Tx { tx, .. } => (
-                tx.changes.len(),
-                tx.changes
-                    .iter()
-                    .map(|c| c.values.iter().map(value_bytes).sum::<usize>())
-                    .sum(),
-            ),
+            Item::Tx { tx, bytes, .. } => (tx.changes.len(), *bytes),
             _ => (1, 0),
         };
         let changes = (changes.max(1) as u32).min(self.changes_total);
@@ -860,6 +856,7 @@ impl Reader {
                 ..Transaction::of_changes(open.changes, end_pos)
             },
             reached: Some(reached),
+            bytes: open.bytes,
         }]
     }
 
@@ -1074,6 +1071,7 @@ impl Reader {
                             ..Transaction::of_changes(changes, end)
                         },
                         reached: None,
+                        bytes: open.bytes,
                     });
                     open.pieces += 1;
                     open.bytes = 0;
