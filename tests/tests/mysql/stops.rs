@@ -99,6 +99,39 @@ fn tables_it_cannot_read_are_refused_naming_table_and_column() {
         assert_refused(&run(&file), &says);
     }
 
+    // A value the backfill cannot convert stops the run naming the table,
+    // the column and the row's key (both key columns), and the sink holds
+    // nothing of the chunk it was in.
+    maria.sql(
+        db,
+        "SET SESSION sql_mode = '';\n\
+         CREATE TABLE zero_dates (id INT, code VARCHAR(8), at DATETIME NOT NULL, \
+           PRIMARY KEY (id, code));\n\
+         INSERT INTO zero_dates VALUES (1, 'a', '2024-01-01 00:00:00'), \
+           (2, 'b\\'q', '0000-00-00 00:00:00');",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("exact");
+    let pipeline = MyPipeline::new(&maria, &[&format!("{db}.zero_dates")], 5205);
+    let file = pipeline.write(dir.path(), &root);
+    assert_refused(
+        &run(&file),
+        &[
+            &format!("{db}.zero_dates, column `at`, backfill row with key 2, 'b'q'"),
+            "zero date",
+        ],
+    );
+    let empty = MyTable::new(
+        db,
+        "zero_dates",
+        &[("id", Canon::Int), ("code", Canon::Text), ("at", Canon::DateTime)],
+        &[0, 1],
+    );
+    assert!(
+        empty.sink_rows(&root).0.is_empty(),
+        "the sink holds rows of the refused chunk"
+    );
+
     // Named key columns let the keyless table in.
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("exact");

@@ -4,6 +4,10 @@
 
 use std::sync::Arc;
 
+use arrow_array::builder::{
+    BinaryBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int32Builder, Int64Builder,
+    StringBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
+};
 use arrow_array::{
     Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray,
     Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, Time64MicrosecondArray,
@@ -262,5 +266,95 @@ pub(crate) fn fits(value: &Value, data_type: &DataType) -> Result<(), String> {
             .iter()
             .try_for_each(|v| fits(v, item.data_type()).map_err(|why| format!("list item: {why}"))),
         (value, data_type) => Err(format!("value {value:?} does not fit type {data_type}")),
+    }
+}
+
+/// One column built a value at a time, for a source that converts rows
+/// straight into columns: the array [`column_array`] makes of the same
+/// values (anything that is not the column's own variant is null), without
+/// holding the values in between. Types without a builder of their own
+/// keep the values and go through [`column_array`].
+pub(crate) enum ColumnBuilder {
+    Int32(Int32Builder),
+    Int64(Int64Builder),
+    Float64(Float64Builder),
+    Date32(Date32Builder),
+    Time64(Time64MicrosecondBuilder),
+    Decimal128(Decimal128Builder, u8, i8),
+    Timestamp(TimestampMicrosecondBuilder, Option<Arc<str>>),
+    Utf8(StringBuilder),
+    Binary(BinaryBuilder),
+    Values(Vec<Value>, DataType),
+}
+
+impl ColumnBuilder {
+    pub(crate) fn new(data_type: &DataType, capacity: usize) -> ColumnBuilder {
+        match data_type {
+            DataType::Int32 => ColumnBuilder::Int32(Int32Builder::with_capacity(capacity)),
+            DataType::Int64 => ColumnBuilder::Int64(Int64Builder::with_capacity(capacity)),
+            DataType::Float64 => ColumnBuilder::Float64(Float64Builder::with_capacity(capacity)),
+            DataType::Date32 => ColumnBuilder::Date32(Date32Builder::with_capacity(capacity)),
+            DataType::Time64(TimeUnit::Microsecond) => {
+                ColumnBuilder::Time64(Time64MicrosecondBuilder::with_capacity(capacity))
+            }
+            DataType::Decimal128(precision, scale) => ColumnBuilder::Decimal128(
+                Decimal128Builder::with_capacity(capacity),
+                *precision,
+                *scale,
+            ),
+            DataType::Timestamp(TimeUnit::Microsecond, zone) => ColumnBuilder::Timestamp(
+                TimestampMicrosecondBuilder::with_capacity(capacity),
+                zone.clone(),
+            ),
+            // The bytes of text and binary values are not known ahead.
+            DataType::Utf8 => ColumnBuilder::Utf8(StringBuilder::with_capacity(capacity, 0)),
+            DataType::Binary => ColumnBuilder::Binary(BinaryBuilder::with_capacity(capacity, 0)),
+            other => ColumnBuilder::Values(Vec::with_capacity(capacity), other.clone()),
+        }
+    }
+
+    pub(crate) fn push(&mut self, value: Value) {
+        match (self, value) {
+            (ColumnBuilder::Int32(b), Value::Int32(v)) => b.append_value(v),
+            (ColumnBuilder::Int64(b), Value::Int64(v)) => b.append_value(v),
+            (ColumnBuilder::Float64(b), Value::Float64(v)) => b.append_value(v),
+            (ColumnBuilder::Date32(b), Value::Date32(v)) => b.append_value(v),
+            (ColumnBuilder::Time64(b), Value::Int64(v)) => b.append_value(v),
+            (ColumnBuilder::Decimal128(b, ..), Value::Decimal128(v)) => b.append_value(v),
+            (ColumnBuilder::Timestamp(b, _), Value::TimestampMicros(v)) => b.append_value(v),
+            (ColumnBuilder::Utf8(b), Value::Utf8(v)) => b.append_value(v),
+            (ColumnBuilder::Binary(b), Value::Binary(v)) => b.append_value(v),
+            (ColumnBuilder::Values(values, _), v) => values.push(v),
+            (ColumnBuilder::Int32(b), _) => b.append_null(),
+            (ColumnBuilder::Int64(b), _) => b.append_null(),
+            (ColumnBuilder::Float64(b), _) => b.append_null(),
+            (ColumnBuilder::Date32(b), _) => b.append_null(),
+            (ColumnBuilder::Time64(b), _) => b.append_null(),
+            (ColumnBuilder::Decimal128(b, ..), _) => b.append_null(),
+            (ColumnBuilder::Timestamp(b, _), _) => b.append_null(),
+            (ColumnBuilder::Utf8(b), _) => b.append_null(),
+            (ColumnBuilder::Binary(b), _) => b.append_null(),
+        }
+    }
+
+    pub(crate) fn finish(self) -> ArrayRef {
+        match self {
+            ColumnBuilder::Int32(mut b) => Arc::new(b.finish()),
+            ColumnBuilder::Int64(mut b) => Arc::new(b.finish()),
+            ColumnBuilder::Float64(mut b) => Arc::new(b.finish()),
+            ColumnBuilder::Date32(mut b) => Arc::new(b.finish()),
+            ColumnBuilder::Time64(mut b) => Arc::new(b.finish()),
+            ColumnBuilder::Decimal128(mut b, precision, scale) => Arc::new(
+                b.finish()
+                    .with_precision_and_scale(precision, scale)
+                    .expect("a Decimal128 type from a table schema is valid"),
+            ),
+            ColumnBuilder::Timestamp(mut b, zone) => Arc::new(b.finish().with_timezone_opt(zone)),
+            ColumnBuilder::Utf8(mut b) => Arc::new(b.finish()),
+            ColumnBuilder::Binary(mut b) => Arc::new(b.finish()),
+            ColumnBuilder::Values(values, data_type) => {
+                column_array(&data_type, values.iter(), values.len())
+            }
+        }
     }
 }

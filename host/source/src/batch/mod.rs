@@ -19,8 +19,8 @@ mod arrow;
 #[cfg(any(test, feature = "test-support"))]
 mod readback;
 
+pub(crate) use arrow::{ColumnBuilder, column_array, fits};
 use arrow::{arrow_schema, record_batch, snapshot_record_batch};
-pub(crate) use arrow::{column_array, fits};
 #[cfg(any(test, feature = "test-support"))]
 pub use readback::value_at;
 pub use weir_contract::{CONTROL_COLUMNS, ContextField, MetadataColumn, OP_COLUMN, POS_COLUMN};

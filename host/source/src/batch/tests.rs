@@ -986,3 +986,84 @@ fn snapshot_rows_of_a_table_widened_before_any_were_read_carry_the_added_column(
     )];
     assert!(batcher.push(reads_tx(vec![snapshot_rows(&later)])).is_err());
 }
+
+/// A column built a value at a time is the array `column_array` makes of
+/// the same values: each type, its own values, nulls, and values of
+/// another variant (null in both).
+#[test]
+fn a_column_builder_builds_what_column_array_does() {
+    use arrow_schema::{Field, TimeUnit};
+    let cases: Vec<(DataType, Vec<Value>)> = vec![
+        (
+            DataType::Int32,
+            vec![Value::Int32(-1), Value::Null, Value::Int32(i32::MAX)],
+        ),
+        (
+            DataType::Int64,
+            vec![Value::Int64(5), Value::Utf8("x".into()), Value::Null],
+        ),
+        (
+            DataType::Float64,
+            vec![
+                Value::Float64(-0.5),
+                Value::Null,
+                Value::Float64(f64::INFINITY),
+            ],
+        ),
+        (DataType::Date32, vec![Value::Date32(19_000), Value::Null]),
+        (
+            DataType::Time64(TimeUnit::Microsecond),
+            vec![Value::Int64(86_399_999_999), Value::Null, Value::Int64(0)],
+        ),
+        (
+            DataType::Decimal128(10, 2),
+            vec![Value::Decimal128(-12_345), Value::Null, Value::Int64(3)],
+        ),
+        (
+            utc_micros(),
+            vec![
+                Value::TimestampMicros(1),
+                Value::Null,
+                Value::TimestampMicros(-7),
+            ],
+        ),
+        (
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            vec![Value::TimestampMicros(42), Value::Null],
+        ),
+        (
+            DataType::Utf8,
+            vec![
+                Value::Utf8("héllo".into()),
+                Value::Null,
+                Value::Utf8(String::new()),
+            ],
+        ),
+        (
+            DataType::Binary,
+            vec![Value::Binary(vec![0, 1, 2]), Value::Null, Value::Int32(1)],
+        ),
+        (
+            DataType::Boolean,
+            vec![Value::Bool(true), Value::Null, Value::Bool(false)],
+        ),
+        (
+            DataType::FixedSizeBinary(2),
+            vec![Value::Binary(vec![1, 2]), Value::Null],
+        ),
+        (
+            DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+            vec![Value::List(vec![Value::Int32(1), Value::Null]), Value::Null],
+        ),
+    ];
+    for (data_type, values) in cases {
+        let expected = column_array(&data_type, values.iter(), values.len());
+        let mut builder = ColumnBuilder::new(&data_type, 1);
+        for value in values.iter().cloned() {
+            builder.push(value);
+        }
+        let built = builder.finish();
+        assert_eq!(built.data_type(), &data_type);
+        assert_eq!(&built.to_data(), &expected.to_data(), "{data_type}");
+    }
+}

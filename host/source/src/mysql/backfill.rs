@@ -18,13 +18,13 @@ use arrow_array::{Array, BinaryArray};
 use mysql_async::Row;
 
 use super::flavor::Coordinates;
-use super::position::{BackfillPlace, BinlogCoord, order_bytes};
+use super::position::{BackfillPlace, BinlogCoord, PositionWriter};
 use super::session::{RowStream, Session};
 use super::setup::current_position;
 use super::setup::{Table, ident};
 use super::types::{Origin, convert, show};
 use crate::SourceError;
-use crate::batch::column_array;
+use crate::batch::ColumnBuilder;
 use crate::change::{SnapshotRows, Transaction, Value};
 
 pub(super) struct Backfill {
@@ -234,12 +234,21 @@ impl Backfill {
         (sql, params)
     }
 
-    /// The rows as Arrow columns with their positions.
+    /// The rows as Arrow columns with their positions, each value
+    /// converted straight into its column.
     fn chunk(&mut self, table: &Table, rows: Vec<Row>) -> Result<Transaction, SourceError> {
         let width = table.kinds.len();
-        let mut columns: Vec<Vec<Value>> =
-            (0..width).map(|_| Vec::with_capacity(rows.len())).collect();
-        let mut positions = BinaryBuilder::new();
+        let key = &table.schema.key;
+        let mut columns: Vec<ColumnBuilder> = table
+            .schema
+            .columns
+            .iter()
+            .map(|c| ColumnBuilder::new(&c.data_type, rows.len()))
+            .collect();
+        let mut positions = BinaryBuilder::with_capacity(rows.len(), 0);
+        let mut writer = PositionWriter::new(&table.name, self.stream_from);
+        // One row's converted values, kept from row to row.
+        let mut converted: Vec<Value> = Vec::with_capacity(width);
         for row in rows {
             let raw = row.unwrap();
             if raw.len() != width {
@@ -249,39 +258,30 @@ impl Backfill {
                     raw.len()
                 )));
             }
-            let key: Vec<mysql_async::Value> =
-                table.schema.key.iter().map(|&k| raw[k].clone()).collect();
+            writer.read_key(key.iter().map(|&k| &raw[k]));
+            converted.clear();
             for (i, value) in raw.into_iter().enumerate() {
                 let v = convert(&table.kinds[i], value, Origin::Query).map_err(|e| {
                     SourceError::Invalid(format!(
                         "{}, column `{}`, backfill row with key {}: {e}",
                         table.name,
                         table.schema.columns[i].name,
-                        key.iter().map(show).collect::<Vec<_>>().join(", ")
+                        writer
+                            .key_values()
+                            .iter()
+                            .map(show)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ))
                 })?;
-                columns[i].push(v);
+                converted.push(v);
             }
-            let row = columns[0].len() - 1;
-            let order_bytes: Vec<Vec<u8>> = table
-                .schema
-                .key
-                .iter()
-                .map(|&k| order_bytes(&columns[k][row]))
-                .collect();
-            let place = BackfillPlace {
-                stream_from: self.stream_from,
-                order: BackfillPlace::order_of(order_bytes.iter().map(Vec::as_slice)),
-                key,
-            };
-            positions.append_value(place.position(&table.name).as_bytes());
+            positions.append_value(writer.position(key.iter().map(|&k| &converted[k])));
+            for (column, value) in columns.iter_mut().zip(converted.drain(..)) {
+                column.push(value);
+            }
         }
-        let len = columns.first().map_or(0, Vec::len);
-        let arrays = columns
-            .iter()
-            .zip(&table.schema.columns)
-            .map(|(values, column)| column_array(&column.data_type, values.iter(), len))
-            .collect();
+        let arrays = columns.into_iter().map(ColumnBuilder::finish).collect();
         let positions: BinaryArray = positions.finish();
         let end = weir_core::position::Position::from_bytes(
             positions.value(positions.len() - 1).to_vec(),

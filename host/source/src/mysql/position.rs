@@ -121,21 +121,19 @@ const KEY_END: [u8; 2] = [0, 0];
 
 impl BackfillPlace {
     /// The order bytes of a key whose columns' own order bytes are `columns`.
+    /// (With [`BackfillPlace::position`], the reference [`PositionWriter`]
+    /// is checked against.)
+    #[cfg(test)]
     pub fn order_of<'a>(columns: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
         let mut out = Vec::new();
         for column in columns {
-            for &b in column {
-                out.push(b);
-                if b == 0 {
-                    out.push(0xff);
-                }
-            }
-            out.extend_from_slice(&COLUMN_END);
+            push_order_column(column, &mut out);
         }
         out.extend_from_slice(&KEY_END);
         out
     }
 
+    #[cfg(test)]
     pub fn position(&self, table: &str) -> Position {
         let mut bytes = Vec::with_capacity(8 + self.order.len() + 16 * self.key.len());
         bytes.extend_from_slice(&self.stream_from.commit().to_be_bytes());
@@ -181,14 +179,26 @@ impl BackfillPlace {
 /// A key column's value as bytes whose order is the value's order (the
 /// order the backfill's `ORDER BY` reads in: numbers and times by value,
 /// text and bytes by their bytes).
+#[cfg(test)]
 pub fn order_bytes(value: &crate::change::Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_order_bytes(value, &mut out);
+    out
+}
+
+/// [`order_bytes`] appended to `out`.
+fn write_order_bytes(value: &crate::change::Value, out: &mut Vec<u8>) {
     use crate::change::Value as V;
     match value {
-        V::Null | V::List(_) => Vec::new(),
-        V::Bool(b) => vec![u8::from(*b)],
-        V::Int32(v) | V::Date32(v) => ((*v as u32) ^ (1 << 31)).to_be_bytes().to_vec(),
-        V::Int64(v) | V::TimestampMicros(v) => ((*v as u64) ^ (1 << 63)).to_be_bytes().to_vec(),
-        V::Decimal128(v) => ((*v as u128) ^ (1 << 127)).to_be_bytes().to_vec(),
+        V::Null | V::List(_) => {}
+        V::Bool(b) => out.push(u8::from(*b)),
+        V::Int32(v) | V::Date32(v) => {
+            out.extend_from_slice(&((*v as u32) ^ (1 << 31)).to_be_bytes())
+        }
+        V::Int64(v) | V::TimestampMicros(v) => {
+            out.extend_from_slice(&((*v as u64) ^ (1 << 63)).to_be_bytes())
+        }
+        V::Decimal128(v) => out.extend_from_slice(&((*v as u128) ^ (1 << 127)).to_be_bytes()),
         V::Float64(f) => {
             let bits = f.to_bits();
             let ordered = if bits >> 63 == 1 {
@@ -196,10 +206,82 @@ pub fn order_bytes(value: &crate::change::Value) -> Vec<u8> {
             } else {
                 bits ^ (1 << 63)
             };
-            ordered.to_be_bytes().to_vec()
+            out.extend_from_slice(&ordered.to_be_bytes())
         }
-        V::Utf8(s) => s.as_bytes().to_vec(),
-        V::Binary(b) => b.clone(),
+        V::Utf8(s) => out.extend_from_slice(s.as_bytes()),
+        V::Binary(b) => out.extend_from_slice(b),
+    }
+}
+
+/// One key column's order bytes in [`BackfillPlace::order`]: escaped and
+/// ended.
+fn push_order_column(column: &[u8], out: &mut Vec<u8>) {
+    // Runs without a zero byte are copied whole.
+    for (i, run) in column.split(|&b| b == 0).enumerate() {
+        if i > 0 {
+            out.extend_from_slice(&[0, 0xff]);
+        }
+        out.extend_from_slice(run);
+    }
+    out.extend_from_slice(&COLUMN_END);
+}
+
+/// The backfill positions of one table's rows, in the bytes of
+/// [`BackfillPlace::position`], written into buffers kept from row to row:
+/// a chunk's positions cost no allocation per row. A row's key is given
+/// twice: as the server sent it (before the values are converted, which
+/// consumes them) and converted (its order bytes).
+pub struct PositionWriter<'a> {
+    table: &'a str,
+    commit: [u8; 8],
+    /// The key as read, written by [`PositionWriter::read_key`].
+    key: Vec<u8>,
+    /// One column's order bytes, before escaping.
+    column: Vec<u8>,
+    body: Vec<u8>,
+    out: Vec<u8>,
+}
+
+impl<'a> PositionWriter<'a> {
+    pub fn new(table: &'a str, stream_from: BinlogCoord) -> PositionWriter<'a> {
+        PositionWriter {
+            table,
+            commit: stream_from.commit().to_be_bytes(),
+            key: Vec::new(),
+            column: Vec::new(),
+            body: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// The next row's key values as the server sent them, in key order.
+    pub fn read_key<'v>(&mut self, values: impl Iterator<Item = &'v mysql_async::Value>) {
+        self.key.clear();
+        for value in values {
+            write_value(value, &mut self.key);
+        }
+    }
+
+    /// The key given to [`PositionWriter::read_key`], for a message.
+    pub fn key_values(&self) -> Vec<mysql_async::Value> {
+        let mut raw = self.key.as_slice();
+        std::iter::from_fn(|| read_value(&mut raw)).collect()
+    }
+
+    /// The position of the row whose key [`PositionWriter::read_key`] was
+    /// given, its key's converted values being `order`, in key order.
+    pub fn position<'v>(&mut self, order: impl Iterator<Item = &'v crate::change::Value>) -> &[u8] {
+        self.body.clear();
+        self.body.extend_from_slice(&self.commit);
+        for value in order {
+            self.column.clear();
+            write_order_bytes(value, &mut self.column);
+            push_order_column(&self.column, &mut self.body);
+        }
+        self.body.extend_from_slice(&KEY_END);
+        self.body.extend_from_slice(&self.key);
+        Position::write_snapshot(self.table, &self.body, &mut self.out);
+        &self.out
     }
 }
 
@@ -388,6 +470,47 @@ mod tests {
         let decimals = [i128::MIN, -10, 0, 7, i128::MAX];
         for pair in decimals.windows(2) {
             assert!(order_bytes(&W::Decimal128(pair[0])) < order_bytes(&W::Decimal128(pair[1])));
+        }
+    }
+
+    #[test]
+    fn the_position_writer_writes_what_a_place_reads_back() {
+        use crate::change::Value as W;
+        let coord = BinlogCoord {
+            file: 12,
+            offset: 4096,
+        };
+        let rows: Vec<(Vec<V>, Vec<W>)> = vec![
+            (vec![V::Int(7)], vec![W::Int64(7)]),
+            (
+                vec![V::Bytes(b"a\0b\0".to_vec()), V::Int(-3)],
+                vec![W::Utf8("a\0b\0".into()), W::Int32(-3)],
+            ),
+            (
+                vec![V::Bytes(Vec::new()), V::Bytes(b"\0\0x".to_vec())],
+                vec![W::Utf8(String::new()), W::Binary(b"\0\0x".to_vec())],
+            ),
+            (
+                vec![V::Date(2024, 2, 29, 1, 2, 3, 4), V::Double(-0.5)],
+                vec![W::TimestampMicros(1_709_168_523_000_004), W::Float64(-0.5)],
+            ),
+        ];
+        let mut writer = PositionWriter::new("shop.orders", coord);
+        for (read, converted) in rows {
+            writer.read_key(read.iter());
+            assert_eq!(writer.key_values(), read);
+            let written = Position::from_bytes(writer.position(converted.iter()).to_vec());
+            let bytes: Vec<Vec<u8>> = converted.iter().map(order_bytes).collect();
+            let place = BackfillPlace {
+                stream_from: coord,
+                order: BackfillPlace::order_of(bytes.iter().map(Vec::as_slice)),
+                key: read.clone(),
+            };
+            assert_eq!(written, place.position("shop.orders"), "{read:?}");
+            assert_eq!(
+                BackfillPlace::of(&written),
+                Some(("shop.orders".to_string(), place))
+            );
         }
     }
 
