@@ -124,7 +124,11 @@ fn tables_it_cannot_read_are_refused_naming_table_and_column() {
     let empty = MyTable::new(
         db,
         "zero_dates",
-        &[("id", Canon::Int), ("code", Canon::Text), ("at", Canon::DateTime)],
+        &[
+            ("id", Canon::Int),
+            ("code", Canon::Text),
+            ("at", Canon::DateTime),
+        ],
         &[0, 1],
     );
     assert!(
