@@ -461,6 +461,9 @@ fn server_status_lines(reply: &PipelineStatus) -> Vec<String> {
     if reply.failures > 0 {
         head.push_str(&format!(", {} failures in a row", reply.failures));
     }
+    if let Some(host) = &reply.host {
+        head.push_str(&format!(", on host `{host}`"));
+    }
     lines.push(head);
     if !reply.file.is_empty() {
         lines.push(format!("  file {}", reply.file));
@@ -692,6 +695,13 @@ mod tests {
                 "pipeline acme/orders: starting",
                 "  not running: no live figures"
             ]
+        );
+        // In a cluster, the host whose view it is.
+        let forwarded = server_status_lines(&read(json!({"tenant": "acme", "pipeline": "orders",
+                                                         "state": "running", "host": "host-b"})));
+        assert_eq!(
+            forwarded[0],
+            "pipeline acme/orders: running, on host `host-b`"
         );
     }
 

@@ -46,6 +46,11 @@ pub struct ClusterConfig {
     /// host reaches all); without it, the hosts must share one folder.
     #[serde(default)]
     pub plugin_store: Option<PathBuf>,
+    /// The admin API's address as the other hosts reach it (`host:port`),
+    /// which they forward status and steering requests to; by default the
+    /// host file's `listen`.
+    #[serde(default)]
+    pub advertise: Option<String>,
 }
 
 /// TLS to etcd: the CA that signed etcd's certificate, and this host's
@@ -129,6 +134,20 @@ impl ClusterConfig {
             return Err(format!(
                 "{at}.max_moves_per_minute: 0 would never move a dead host's pipelines"
             ));
+        }
+        if let Some(address) = &self.advertise {
+            let port = address
+                .rsplit_once(':')
+                .and_then(|(host, port)| (!host.is_empty()).then_some(port));
+            if port
+                .and_then(|p| p.parse::<u16>().ok())
+                .is_none_or(|p| p == 0)
+            {
+                return Err(format!(
+                    "{at}.advertise: `{address}` is not `host:port` (the address other hosts \
+                     reach this host's admin API at)"
+                ));
+            }
         }
         if self.user.is_some() != self.password_env.is_some() {
             return Err(format!("{at}: give both user and password_env, or neither"));
@@ -225,6 +244,19 @@ mod tests {
         for (text, expected) in cases {
             let error = config(text).check("cluster").unwrap_err();
             assert!(error.contains(expected), "{text}: {error}");
+        }
+        for address in ["host-a", ":7300", "host-a:", "host-a:0", "host-a:70000"] {
+            let text = format!(
+                r#"{{"endpoints": ["http://e:1"], "name": "a", "advertise": "{address}"}}"#
+            );
+            let error = config(&text).check("cluster").unwrap_err();
+            assert!(error.contains("cluster.advertise"), "{address}: {error}");
+        }
+        for address in ["host-a.internal:7300", "10.0.0.7:7300", "[::1]:7300"] {
+            let text = format!(
+                r#"{{"endpoints": ["http://e:1"], "name": "a", "advertise": "{address}"}}"#
+            );
+            config(&text).check("cluster").unwrap();
         }
     }
 }

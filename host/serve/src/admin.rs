@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
@@ -18,9 +18,11 @@ use super::api::{
     ApiError, Applied, Deleted, NotRunning, PipelineList, PipelineStatus, Readiness, RejectedFile,
     Steered,
 };
+use super::forward::{FORWARDED_BY, forward, owner_elsewhere};
 use super::policy::Refusal;
 use super::server::{Caller, MAX_PIPELINE_FILE, Origin, Server};
-use super::supervisor::State as PipelineState;
+use super::supervisor::{Slot, State as PipelineState};
+use weir_cluster::PipelineId;
 
 /// The largest body of a route that takes none worth speaking of (the
 /// steering verbs, a rollback).
@@ -283,12 +285,54 @@ async fn apply(
     Ok(ok(Applied { changed }))
 }
 
+/// `?local=true`: this host's own view of a pipeline, not its owner's.
+#[derive(Deserialize)]
+struct View {
+    #[serde(default)]
+    local: bool,
+}
+
+/// In a cluster, the answer of the host that runs the pipeline, when this
+/// host stands by for it and the request was neither forwarded already nor
+/// asked for this host's view. When etcd cannot be read, this host answers
+/// (its standby reason says where the pipeline ran when it last knew).
+async fn from_owner(
+    server: &Server,
+    slot: &Slot,
+    local: bool,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let session = server.cluster()?;
+    if local || headers.contains_key(FORWARDED_BY) || slot.state().0 != PipelineState::Standby {
+        return None;
+    }
+    let id = PipelineId::new(&slot.tenant.name, &slot.name);
+    let owner = match owner_elsewhere(session, &id).await {
+        Ok(owner) => owner?,
+        Err(why) => {
+            tracing::warn!(pipeline = %slot.id(), "cannot find the pipeline's owner: {why}");
+            return None;
+        }
+    };
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    Some(forward(&owner, session.name(), method, path, headers, &slot.id()).await)
+}
+
 async fn status(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline)): Path<(String, String)>,
+    Query(view): Query<View>,
     Extension(caller): Extension<Caller>,
+    uri: Uri,
+    headers: HeaderMap,
 ) -> Answer {
     let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
+    if let Some(answer) = from_owner(&server, &slot, view.local, Method::GET, &uri, &headers).await
+    {
+        return Ok(answer);
+    }
     let (state, reason) = slot.state();
     let file = slot
         .tenant
@@ -309,6 +353,7 @@ async fn status(
         live: slot.live(),
         sink_errors: slot.sink_errors(),
         swaps: slot.swaps(),
+        host: server.cluster().map(|session| session.name().to_string()),
     }))
 }
 
@@ -326,9 +371,17 @@ async fn delete(
 async fn steer(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline, verb)): Path<(String, String, String)>,
+    Query(view): Query<View>,
     Extension(caller): Extension<Caller>,
+    uri: Uri,
+    headers: HeaderMap,
 ) -> Answer {
     let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
+    // Steering acts where the pipeline runs.
+    if let Some(answer) = from_owner(&server, &slot, view.local, Method::POST, &uri, &headers).await
+    {
+        return Ok(answer);
+    }
     let done = match verb.as_str() {
         "pause" => slot.pause(),
         "resume" => slot.resume(),

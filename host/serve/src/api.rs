@@ -118,6 +118,9 @@ pub struct PipelineStatus {
     /// The swaps asked for, oldest first.
     #[serde(deserialize_with = "empty_if_null")]
     pub swaps: Vec<SwapRecord>,
+    /// In a cluster, the host whose view this is (the one that runs the
+    /// pipeline, unless `?local=true` asked another for its own).
+    pub host: Option<String>,
 }
 
 /// The plugin a sink runs, as the status shows it.
@@ -242,6 +245,7 @@ mod tests {
                 at: Some("0/16B3F28".into()),
                 reason: None,
             }],
+            host: Some("host-a".into()),
         }
     }
 
@@ -274,7 +278,8 @@ mod tests {
                                                  "orders": {"position": "0/16B3F28", "from": "sink"}}}}},
                 "sink_errors": {"audit": "open failed"},
                 "swaps": [{"sink": "lake", "outcome": "rolled_back", "sha256": "77ab".repeat(16),
-                           "pause_ms": 12.5, "at": "0/16B3F28", "reason": null}]
+                           "pause_ms": 12.5, "at": "0/16B3F28", "reason": null}],
+                "host": "host-a"
             })
         );
     }

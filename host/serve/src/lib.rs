@@ -14,6 +14,7 @@ pub mod admin;
 pub mod api;
 pub mod cluster;
 pub mod connections;
+mod forward;
 pub mod host_file;
 pub mod mirror;
 pub mod policy;
@@ -74,7 +75,7 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
         Some(cluster) => Some(
             weir_cluster::Session::start(
                 cluster,
-                &host.listen.to_string(),
+                &advertised(cluster, host.listen),
                 io.handle(),
                 metrics.cluster(),
             )
@@ -251,4 +252,23 @@ fn check_apart(
         }
     }
     Ok(())
+}
+
+/// The admin address this host publishes to the others, which they
+/// forward requests to: `advertise`, else `listen`. A `listen` on every
+/// interface (0.0.0.0) names no host the others can reach: said at start.
+fn advertised(cluster: &weir_cluster::ClusterConfig, listen: std::net::SocketAddr) -> String {
+    match &cluster.advertise {
+        Some(address) => address.clone(),
+        None => {
+            if listen.ip().is_unspecified() {
+                tracing::warn!(
+                    %listen,
+                    "cluster: the other hosts cannot forward requests to {listen}; \
+                     set cluster.advertise to this host's reachable address"
+                );
+            }
+            listen.to_string()
+        }
+    }
 }

@@ -181,6 +181,11 @@ impl Server {
 
     /// The slot of `tenant/name` if the caller reaches it; another tenant's
     /// pipeline is "not found", exactly like one that does not exist.
+    /// In a cluster, this host's session.
+    pub fn cluster(&self) -> Option<&Arc<weir_cluster::Session>> {
+        self.context.cluster.as_ref()
+    }
+
     pub fn slot(&self, caller: &Caller, tenant: &str, name: &str) -> Result<Arc<Slot>, Refusal> {
         let missing = || Refusal::NotFound(format!("no pipeline `{tenant}/{name}`"));
         if !caller.reaches(tenant) {

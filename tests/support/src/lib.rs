@@ -57,7 +57,9 @@ pub use pipeline::{PipelineBuilder, SinkBuilder, TableMode};
 #[cfg(feature = "host")]
 pub use read::{PositionedCommits, ReadChange, changes, read_parquet, read_positioned, value_at};
 #[cfg(feature = "serve")]
-pub use serve::{Reply, ServeHost, Tenant, sha256_hex, with_custom_section, with_extra_memories};
+pub use serve::{
+    Reply, ServeHost, Tenant, pipeline_path, sha256_hex, with_custom_section, with_extra_memories,
+};
 #[cfg(feature = "host")]
 pub use weir_source::generator::oracle::{
     ExpectedState, KeyPart, Rows, apply_change, change_log, expected_state, row_key, shop_tables,

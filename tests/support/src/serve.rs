@@ -218,6 +218,9 @@ pub struct ServeHostBuilder {
     max_open_files: Option<u64>,
     cluster: Option<serde_json::Map<String, Value>>,
     shared: Option<PathBuf>,
+    /// Tokens derived from this instead of drawn at random: hosts of one
+    /// cluster built with the same take the same tokens.
+    token_seed: Option<String>,
     own_pipelines: bool,
 }
 
@@ -256,6 +259,14 @@ impl ServeHostBuilder {
         self.shared = Some(dir.to_path_buf());
         self
     }
+    /// Takes tokens derived from `seed`, as every host built with the same
+    /// seed does: the hosts of a cluster, which forward a caller's token to
+    /// each other, take the same tokens.
+    pub fn shared_tokens(mut self, seed: &str) -> Self {
+        self.token_seed = Some(seed.to_string());
+        self
+    }
+
     /// Adds a tenant.
     pub fn tenant(mut self, tenant: Tenant) -> Self {
         self.tenants.push(tenant);
@@ -324,11 +335,18 @@ impl ServeHostBuilder {
     pub fn start(self) -> ServeHost {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let port = free_port();
-        let operator_token = random_token();
+        let token = |name: &str| match &self.token_seed {
+            Some(seed) => sha256_hex(format!("{seed}/{name}").as_bytes())[..32].to_string(),
+            None => random_token(),
+        };
+        let operator_token = token("operator");
         let mut tokens = BTreeMap::new();
         let mut entries = BTreeMap::new();
         for tenant in &self.tenants {
-            tokens.insert(tenant.name.clone(), random_token());
+            tokens.insert(
+                tenant.name.clone(),
+                token(&format!("tenant {}", tenant.name)),
+            );
             entries.insert(
                 tenant.name.clone(),
                 TenantEntry {
@@ -523,6 +541,7 @@ impl ServeHost {
             max_open_files: None,
             cluster: None,
             shared: None,
+            token_seed: None,
             own_pipelines: false,
         }
     }
@@ -630,9 +649,11 @@ impl ServeHost {
         self.send("PUT", &path, Some(token), Some(yaml.as_bytes()))
     }
 
-    /// `GET /v1/pipelines/{tenant}/{pipeline}`, which must answer 200.
+    /// `GET /v1/pipelines/{tenant}/{pipeline}?local=true`, which must
+    /// answer 200: this host's own view (in a cluster, a host that does not
+    /// run the pipeline would otherwise answer with its owner's).
     pub fn status(&self, tenant: &str, pipeline: &str, token: &str) -> Value {
-        let reply = self.get_with(&pipeline_path(tenant, pipeline), token);
+        let reply = self.get_with(&local(&pipeline_path(tenant, pipeline)), token);
         assert_eq!(reply.code, 200, "status of {tenant}/{pipeline}: {reply}");
         reply.json()
     }
@@ -755,9 +776,10 @@ impl ServeHost {
         self.send("GET", path, Some(token), None)
     }
 
-    /// Polls the pipeline's status (with the operator's token) until its
-    /// `state` is `state`, and returns that status; panics with the last
-    /// status and the log's tail after `timeout`.
+    /// Polls the pipeline's status on this host (its own view, with the
+    /// operator's token) until its `state` is `state`, and returns that
+    /// status; panics with the last status and the log's tail after
+    /// `timeout`.
     pub fn wait_for_state(
         &self,
         tenant: &str,
@@ -766,7 +788,7 @@ impl ServeHost {
         timeout: Duration,
     ) -> Value {
         let deadline = Instant::now() + timeout;
-        let path = pipeline_path(tenant, pipeline);
+        let path = local(&pipeline_path(tenant, pipeline));
         loop {
             let reply = self.get_with(&path, &self.operator_token);
             if reply.code == 200 && reply.json()["state"] == state {
@@ -939,8 +961,13 @@ fn limit_open_files(command: &mut Command, descriptors: u64) {
     }
 }
 
-fn pipeline_path(tenant: &str, pipeline: &str) -> String {
+pub fn pipeline_path(tenant: &str, pipeline: &str) -> String {
     format!("/v1/pipelines/{tenant}/{pipeline}")
+}
+
+/// `path` asking for the host's own view, not the owner's in a cluster.
+fn local(path: &str) -> String {
+    format!("{path}?local=true")
 }
 
 /// A loopback port nobody listens on now. Another process could take it

@@ -37,22 +37,47 @@ fn a_killed_hosts_pipelines_run_elsewhere_and_end_exact() {
             killed.elapsed().as_secs_f64()
         );
     }
-    let survivor = (0..3).find(|h| *h != victim).expect("a survivor");
-    cluster.finish_exact(survivor, &pipelines);
 
-    // A host that does not run p0 says which host does, and where to ask.
+    // Any host answers for p0: one that does not run it forwards status and
+    // steering to the owner, and says where p0 runs when asked for its own
+    // view.
     let owner = cluster.owner("p0").expect("p0 has an owner");
     let other = (0..3)
         .find(|h| *h != victim && *h != owner)
         .expect("a third host");
-    let status = cluster.hosts[other].status(T, "p0", cluster.hosts[other].operator_token());
-    let reason = status["reason"].as_str().unwrap_or_default();
+    let (asked, token) = (&cluster.hosts[other], cluster.hosts[other].operator_token());
+    let own_view = asked.status(T, "p0", token);
+    let reason = own_view["reason"].as_str().unwrap_or_default();
     assert!(
-        status["state"] == "standby"
+        own_view["state"] == "standby"
+            && own_view["host"] == cluster.names[other]
             && reason.contains(&cluster.names[owner])
             && reason.contains(&cluster.hosts[owner].base_url().replace("http://", "")),
-        "a host not running p0 does not name its owner: {status}"
+        "a host not running p0 does not name its owner: {own_view}"
     );
+    let forwarded = asked.get_with(&pipeline_path(T, "p0"), token);
+    assert_eq!(forwarded.code, 200, "{forwarded}");
+    let forwarded = forwarded.json();
+    assert!(
+        forwarded["state"] == "running" && forwarded["host"] == cluster.names[owner],
+        "the status asked of `{}` is not p0's owner's: {forwarded}",
+        cluster.names[other]
+    );
+    let paused = asked.pause(T, "p0", token);
+    assert_eq!(paused.code, 200, "pause through another host: {paused}");
+    let on_owner = &cluster.hosts[owner];
+    on_owner.wait_for_state(T, "p0", "paused", Duration::from_secs(30));
+    assert_eq!(
+        asked.status(T, "p0", token)["state"],
+        "standby",
+        "the pause acted on the host asked, not on p0's owner"
+    );
+    let resumed = asked.resume(T, "p0", token);
+    assert_eq!(resumed.code, 200, "resume through another host: {resumed}");
+    on_owner.wait_for_state(T, "p0", "running", Duration::from_secs(30));
+
+    let survivor = (0..3).find(|h| *h != victim).expect("a survivor");
+    cluster.finish_exact(survivor, &pipelines);
     // Each host's metrics show its part: claims, renewals, assignments.
     let metrics = cluster.hosts[owner].get_with("/metrics", cluster.hosts[owner].operator_token());
     assert_eq!(metrics.code, 200, "{metrics}");

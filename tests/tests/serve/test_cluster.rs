@@ -189,5 +189,6 @@ fn host(etcd: &Etcd, shared: &Path, name: &str, lease_ttl_s: u64) -> ServeHost {
         .cluster_setting("placement_delay_ms", PLACEMENT_DELAY_MS)
         .cluster_setting("request_timeout_ms", 800)
         .shared(shared)
+        .shared_tokens(&shared.display().to_string())
         .start()
 }
