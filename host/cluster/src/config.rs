@@ -1,5 +1,6 @@
 //! The `cluster:` section of a host file.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,12 +41,19 @@ pub struct ClusterConfig {
     pub password_env: Option<String>,
     #[serde(default)]
     pub tls: Option<TlsConfig>,
-    /// A folder every host mounts, where the plugins of the pipelines
-    /// folder are kept by digest. With it, each host's pipelines folder is
-    /// a copy of one set of files kept in etcd (a pipeline applied on any
+    /// Where the plugins of the pipelines folder are kept by digest, for
+    /// every host: a folder every host mounts, or object storage
+    /// (`s3://bucket/prefix`). With it, each host's pipelines folder is a
+    /// copy of one set of files kept in etcd (a pipeline applied on any
     /// host reaches all); without it, the hosts must share one folder.
     #[serde(default)]
-    pub plugin_store: Option<PathBuf>,
+    pub plugin_store: Option<String>,
+    /// The object store's options for a `plugin_store` URL (endpoint,
+    /// region, credentials: object_store's names, as a sink's
+    /// `blob_store.options`); `${VAR}` in a value reads the host's
+    /// environment, so secrets stay out of the file.
+    #[serde(default)]
+    pub plugin_store_options: BTreeMap<String, String>,
     /// The admin API's address as the other hosts reach it (`host:port`),
     /// which they forward status and steering requests to; by default the
     /// host file's `listen`.
@@ -134,6 +142,17 @@ impl ClusterConfig {
             return Err(format!(
                 "{at}.max_moves_per_minute: 0 would never move a dead host's pipelines"
             ));
+        }
+        match &self.plugin_store {
+            Some(store) if store.trim().is_empty() => {
+                return Err(format!("{at}.plugin_store: empty (a folder or a URL)"));
+            }
+            None if !self.plugin_store_options.is_empty() => {
+                return Err(format!(
+                    "{at}.plugin_store_options: set, but {at}.plugin_store is not"
+                ));
+            }
+            _ => {}
         }
         if let Some(address) = &self.advertise {
             let port = address
@@ -239,6 +258,14 @@ mod tests {
             (
                 r#"{"endpoints": ["http://e:1"], "name": "a", "user": "u"}"#,
                 "password_env",
+            ),
+            (
+                r#"{"endpoints": ["http://e:1"], "name": "a", "plugin_store_options": {"aws_region": "x"}}"#,
+                "cluster.plugin_store is not",
+            ),
+            (
+                r#"{"endpoints": ["http://e:1"], "name": "a", "plugin_store": " "}"#,
+                "cluster.plugin_store: empty",
             ),
         ];
         for (text, expected) in cases {

@@ -24,7 +24,7 @@ pub mod tenant;
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +36,7 @@ use supervisor::Context;
 use tenant::Tenant;
 
 use weir_metrics::Metrics;
+use weir_runtime::capability::blobstore::BlobScope;
 use weir_runtime::{WasmEngine, engine};
 
 /// Runs the host file's tenants' pipelines and the admin API until SIGTERM
@@ -69,6 +70,9 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
     let engine = WasmEngine::with_pool_slots(&cache_dir, pool_slots).map_err(|e| e.to_string())?;
     let engine = Arc::new(engine);
     let metrics = Metrics::new();
+    // Opened before joining: a plugin store the host file gets wrong is
+    // refused at start, with nothing registered.
+    let store = plugin_store(&host, io.handle())?;
     // In a cluster, the host joins before any pipeline starts: a pipeline
     // runs only once placed here and claimed.
     let session = match &host.cluster {
@@ -106,19 +110,14 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
     tracing::info!(%listen, "weir serve: admin API listening");
 
     let agent = session.map(|session| {
-        let mirror = server
-            .host
-            .cluster
-            .as_ref()
-            .and_then(|c| c.plugin_store.as_ref())
-            .map(|store| {
-                mirror::Mirror::new(
-                    session.clone(),
-                    server.host.resolve(store),
-                    pipelines_dir.clone(),
-                    server.host.tenants.keys().cloned().collect(),
-                )
-            });
+        let mirror = store.map(|store| {
+            mirror::Mirror::new(
+                session.clone(),
+                store,
+                pipelines_dir.clone(),
+                server.host.tenants.keys().cloned().collect(),
+            )
+        });
         cluster::Agent::new(session, mirror)
     });
     if let Some(agent) = &agent {
@@ -217,8 +216,9 @@ fn check_apart(
     let plugin_store = host
         .cluster
         .as_ref()
-        .and_then(|c| c.plugin_store.as_ref())
-        .map(|store| host.resolve(store));
+        .and_then(|c| c.plugin_store.as_deref())
+        .and_then(local_folder)
+        .map(|store| host.resolve(&store));
     for (name, tenant) in tenants {
         if let Some(store) = &plugin_store
             && overlap(&tenant.root, store)
@@ -271,4 +271,45 @@ fn advertised(cluster: &weir_cluster::ClusterConfig, listen: std::net::SocketAdd
             listen.to_string()
         }
     }
+}
+
+/// A plugin store given as a folder (not a URL): its path.
+fn local_folder(store: &str) -> Option<PathBuf> {
+    match store.strip_prefix("file://") {
+        Some(path) => Some(PathBuf::from(path)),
+        None if !store.contains("://") => Some(PathBuf::from(store)),
+        None => None,
+    }
+}
+
+/// The cluster's plugin store, opened as a blob root (a folder, relative
+/// to the host file's, or object storage by URL with its options, `${VAR}`
+/// read from this host's environment); None without one.
+fn plugin_store(
+    host: &HostConfig,
+    io: &tokio::runtime::Handle,
+) -> Result<Option<BlobScope>, String> {
+    let Some(cluster) = &host.cluster else {
+        return Ok(None);
+    };
+    let Some(store) = &cluster.plugin_store else {
+        return Ok(None);
+    };
+    let at = |what: &str, e: &dyn std::fmt::Display| {
+        format!("{}: cluster.{what}: {e}", host.file.display())
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let mut options = Vec::new();
+    for (key, value) in &cluster.plugin_store_options {
+        let value = weir_pipeline::config::interpolate(value, &env)
+            .map_err(|e| at(&format!("plugin_store_options.{key}"), &e))?;
+        options.push((key.clone(), value));
+    }
+    let url = match local_folder(store) {
+        Some(folder) => host.resolve(&folder).display().to_string(),
+        None => store.clone(),
+    };
+    let scope = BlobScope::open(&url, &options, &host.base_dir, io.clone())
+        .map_err(|e| at("plugin_store", &e))?;
+    Ok(Some(scope.with_limits(mirror::store_limits())))
 }

@@ -11,6 +11,7 @@ use crate::common;
 use crate::test_cluster::{CHANGES, Cluster, LEASE_TTL_S, PACE_US, PLACEMENT_DELAY_MS, SINK, T};
 use common::etcd::Etcd;
 use common::*;
+use weir_test_support::moto::MotoServer;
 
 #[test]
 fn a_killed_hosts_pipelines_run_elsewhere_and_end_exact() {
@@ -262,21 +263,59 @@ fn a_joining_host_takes_pipelines_and_none_moves_twice() {
 
 #[test]
 fn with_a_plugin_store_a_pipeline_applied_on_one_host_reaches_every_hosts_folder() {
-    let etcd = Etcd::start();
     let shared = tempfile::tempdir().expect("a shared folder");
     let store = shared.path().join("plugin-store");
+    let plugin = common::plugin("weir-fixture-positioned");
+    let stored = store.join(T).join(format!(
+        "{}.wasm",
+        sha256_hex(&std::fs::read(&plugin).unwrap())
+    ));
+    plugin_store_reaches_every_host(&shared, store.display().to_string().into(), None);
+    assert!(stored.is_file(), "{} is not in the store", stored.display());
+}
+
+#[test]
+fn a_plugin_store_on_s3_serves_every_host_as_a_folder_does() {
+    let moto = MotoServer::start();
+    moto.create_bucket("plugins");
+    let shared = tempfile::tempdir().expect("a shared folder");
+    let options = serde_json::to_value(moto.blob_store_options()).unwrap();
+    plugin_store_reaches_every_host(&shared, "s3://plugins/cluster-a".into(), Some(options));
+    let plugin = common::plugin("weir-fixture-positioned");
+    let key = format!(
+        "cluster-a/{T}/{}.wasm",
+        sha256_hex(&std::fs::read(&plugin).unwrap())
+    );
+    let keys = moto.keys("plugins", "cluster-a/");
+    assert!(
+        keys.contains_key(&key),
+        "{key} is not in the bucket: {keys:?}"
+    );
+}
+
+/// Three hosts, each with its own pipelines folder and the plugin store
+/// `store`: pipelines applied on one host reach every host's folder (their
+/// plugin through the store), run spread over the hosts, a deletion on
+/// another host removes the file everywhere, and the rest end exact.
+fn plugin_store_reaches_every_host(
+    shared: &tempfile::TempDir,
+    store: serde_json::Value,
+    options: Option<serde_json::Value>,
+) {
+    let etcd = Etcd::start();
     let hosts: Vec<ServeHost> = (0..3)
         .map(|n| {
-            ServeHost::builder()
+            let mut host = ServeHost::builder()
                 .tenant(Tenant::new(T))
                 .cluster(&etcd.endpoint(), &format!("host-{n}"))
                 .cluster_setting("lease_ttl_s", LEASE_TTL_S)
                 .cluster_setting("placement_delay_ms", PLACEMENT_DELAY_MS)
                 .cluster_setting("request_timeout_ms", 800)
-                .cluster_setting("plugin_store", store.display().to_string())
-                .shared(shared.path())
-                .own_pipelines_folder()
-                .start()
+                .cluster_setting("plugin_store", store.clone());
+            if let Some(options) = &options {
+                host = host.cluster_setting("plugin_store_options", options.clone());
+            }
+            host.shared(shared.path()).own_pipelines_folder().start()
         })
         .collect();
     let pipelines = [("m0", 351), ("m1", 352), ("m2", 353)];
