@@ -17,6 +17,7 @@ pub mod connections;
 mod forward;
 pub mod host_file;
 pub mod mirror;
+pub mod plugin_store;
 pub mod policy;
 pub mod server;
 pub mod supervisor;
@@ -24,19 +25,19 @@ pub mod tenant;
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use host_file::HostConfig;
+use plugin_store::PluginStore;
 use server::Server;
 use supervisor::Context;
 use tenant::Tenant;
 
 use weir_metrics::Metrics;
-use weir_runtime::capability::blobstore::BlobScope;
 use weir_runtime::{WasmEngine, engine};
 
 /// Runs the host file's tenants' pipelines and the admin API until SIGTERM
@@ -72,7 +73,7 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
     let metrics = Metrics::new();
     // Opened before joining: a plugin store the host file gets wrong is
     // refused at start, with nothing registered.
-    let store = plugin_store(&host, io.handle())?;
+    let store = PluginStore::open(&host, io.handle())?.map(Arc::new);
     // In a cluster, the host joins before any pipeline starts: a pipeline
     // runs only once placed here and claimed.
     let session = match &host.cluster {
@@ -92,6 +93,7 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
         io: io.handle().clone(),
         restart: host.restart.clone(),
         cluster: session.clone(),
+        plugin_store: store.clone(),
     };
     let grace = Duration::from_millis(host.shutdown_grace_ms);
     let interval = Duration::from_millis(host.watch_interval_ms);
@@ -217,7 +219,7 @@ fn check_apart(
         .cluster
         .as_ref()
         .and_then(|c| c.plugin_store.as_deref())
-        .and_then(local_folder)
+        .and_then(plugin_store::local_folder)
         .map(|store| host.resolve(&store));
     for (name, tenant) in tenants {
         if let Some(store) = &plugin_store
@@ -271,45 +273,4 @@ fn advertised(cluster: &weir_cluster::ClusterConfig, listen: std::net::SocketAdd
             listen.to_string()
         }
     }
-}
-
-/// A plugin store given as a folder (not a URL): its path.
-fn local_folder(store: &str) -> Option<PathBuf> {
-    match store.strip_prefix("file://") {
-        Some(path) => Some(PathBuf::from(path)),
-        None if !store.contains("://") => Some(PathBuf::from(store)),
-        None => None,
-    }
-}
-
-/// The cluster's plugin store, opened as a blob root (a folder, relative
-/// to the host file's, or object storage by URL with its options, `${VAR}`
-/// read from this host's environment); None without one.
-fn plugin_store(
-    host: &HostConfig,
-    io: &tokio::runtime::Handle,
-) -> Result<Option<BlobScope>, String> {
-    let Some(cluster) = &host.cluster else {
-        return Ok(None);
-    };
-    let Some(store) = &cluster.plugin_store else {
-        return Ok(None);
-    };
-    let at = |what: &str, e: &dyn std::fmt::Display| {
-        format!("{}: cluster.{what}: {e}", host.file.display())
-    };
-    let env = |name: &str| std::env::var(name).ok();
-    let mut options = Vec::new();
-    for (key, value) in &cluster.plugin_store_options {
-        let value = weir_pipeline::config::interpolate(value, &env)
-            .map_err(|e| at(&format!("plugin_store_options.{key}"), &e))?;
-        options.push((key.clone(), value));
-    }
-    let url = match local_folder(store) {
-        Some(folder) => host.resolve(&folder).display().to_string(),
-        None => store.clone(),
-    };
-    let scope = BlobScope::open(&url, &options, &host.base_dir, io.clone())
-        .map_err(|e| at("plugin_store", &e))?;
-    Ok(Some(scope.with_limits(mirror::store_limits())))
 }

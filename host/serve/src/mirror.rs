@@ -20,24 +20,9 @@ use sha2::{Digest, Sha256};
 
 use weir_cluster::keys::check_name;
 use weir_cluster::{ClusterError, Session};
-use weir_runtime::capability::blobstore::{BlobLimits, BlobScope};
 
+use crate::plugin_store::{MAX_PLUGIN, PluginStore};
 use crate::server::MAX_PIPELINE_FILE;
-
-/// The largest plugin mirrored.
-const MAX_PLUGIN: u64 = 512 << 20;
-
-/// The plugin store's bounds: a plugin as large as any mirrored, and no
-/// quota (what it holds is the operator's, not a tenant's).
-pub fn store_limits() -> BlobLimits {
-    BlobLimits {
-        sink: "cluster.plugin_store".into(),
-        max_stored_bytes: u64::MAX,
-        max_put_bytes: MAX_PLUGIN,
-        max_read_bytes: MAX_PLUGIN,
-        max_list_entries: BlobLimits::DEFAULT_MAX_LIST_ENTRIES,
-    }
-}
 
 /// What etcd holds of one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,9 +42,7 @@ type Stamp = (i128, u64, u64);
 
 pub struct Mirror {
     session: Arc<Session>,
-    /// The plugins' bytes, at `<tenant>/<sha256>.wasm`: a folder every host
-    /// mounts or object storage, as a blob root.
-    store: BlobScope,
+    store: Arc<PluginStore>,
     pipelines_dir: PathBuf,
     tenants: Vec<String>,
     /// The digest each file had when this host and etcd last agreed.
@@ -72,7 +55,7 @@ pub struct Mirror {
 impl Mirror {
     pub fn new(
         session: Arc<Session>,
-        store: BlobScope,
+        store: Arc<PluginStore>,
         pipelines_dir: PathBuf,
         tenants: Vec<String>,
     ) -> Self {
@@ -197,27 +180,6 @@ impl Mirror {
         Some(digest)
     }
 
-    /// Where the store keeps a plugin's bytes.
-    fn stored(tenant: &str, sha256: &str) -> String {
-        format!("{tenant}/{sha256}.wasm")
-    }
-
-    /// Puts a plugin's bytes in the store unless they are there already
-    /// (the name is their digest: what is there is the same).
-    fn store_plugin(&self, tenant: &str, sha256: &str, bytes: Vec<u8>) -> Result<(), String> {
-        let path = Mirror::stored(tenant, sha256);
-        let listed = self
-            .store
-            .list(&path)
-            .map_err(|e| format!("looking for {path} in the plugin store: {e}"))?;
-        if listed.iter().any(|object| object.path == path) {
-            return Ok(());
-        }
-        self.store
-            .put(&path, bytes)
-            .map_err(|e| format!("writing {path} to the plugin store: {e}"))
-    }
-
     /// Writes this host's version of the file to etcd (and a plugin's bytes
     /// to the store); returns the digest now agreed.
     fn publish(
@@ -245,7 +207,7 @@ impl Mirror {
             return Err("it changed while being read; next look".into());
         }
         let remote = if file.ends_with(".wasm") {
-            self.store_plugin(tenant, digest, bytes)?;
+            self.store.put(tenant, digest, bytes)?;
             Remote {
                 sha256: digest.clone(),
                 text: None,
@@ -290,12 +252,12 @@ impl Mirror {
         };
         let bytes = match &remote.text {
             Some(text) => text.clone().into_bytes(),
-            None => {
-                let stored = Mirror::stored(tenant, &remote.sha256);
-                self.store
-                    .get(&stored)
-                    .map_err(|e| format!("reading {stored} from the plugin store: {e}"))?
-            }
+            None => self.store.get(tenant, &remote.sha256)?.ok_or_else(|| {
+                format!(
+                    "the plugin store does not hold {tenant}/{}.wasm",
+                    remote.sha256
+                )
+            })?,
         };
         if hex::encode(Sha256::digest(&bytes)) != remote.sha256 {
             return Err(format!(

@@ -234,6 +234,7 @@ impl Server {
         text: &str,
         origin: Origin,
     ) -> Result<bool, Refusal> {
+        self.fetch_uploads(tenant, text);
         // Held from admission until the file is written and its slot holds
         // its plugins: an upload the file names is not pruned in between.
         let _no_pruning = tenant.uploads();
@@ -406,6 +407,14 @@ impl Server {
         }
         let until = SystemTime::now() + self.host.admin.upload_hold();
         let (_, new) = self.keep_upload(&tenant, &sha256, wasm, Keep::HeldUntil(until))?;
+        // In a cluster, every host that runs a pipeline naming it finds it.
+        if let Some(store) = &self.context.plugin_store {
+            store.put(&tenant.name, &sha256, wasm.to_vec()).map_err(|e| {
+                Refusal::Conflict(format!(
+                    "{route}: kept on this host, but not in the cluster's plugin store, so                      other hosts cannot load it ({e}); upload it again"
+                ))
+            })?;
+        }
         tracing::info!(tenant = %tenant.name, %sha256, bytes = wasm.len(), new, "plugin uploaded");
         // A good moment to give back what holds have run out on.
         self.prune_uploads(&tenant);
@@ -414,6 +423,45 @@ impl Server {
             size: wasm.len() as u64,
             new,
         })
+    }
+
+    /// In a cluster with a plugin store: takes each upload `text` names
+    /// that this host does not hold from the store (where the host it was
+    /// uploaded to put it), so the pipeline loads here too. What cannot be
+    /// taken is said in the log; admission then names the missing upload.
+    fn fetch_uploads(&self, tenant: &Tenant, text: &str) {
+        let Some(store) = &self.context.plugin_store else {
+            return;
+        };
+        for sha256 in uploads_named(text) {
+            if tenant
+                .uploads_dir()
+                .join(format!("{sha256}.wasm"))
+                .is_file()
+            {
+                continue;
+            }
+            let fetched = match store.get(&tenant.name, &sha256) {
+                Ok(Some(wasm)) => {
+                    let until = SystemTime::now() + self.host.admin.upload_hold();
+                    self.keep_upload(tenant, &sha256, &wasm, Keep::HeldUntil(until))
+                        .map(|_| ())
+                        .map_err(|refused| refused.to_string())
+                }
+                Ok(None) => Err("the plugin store does not hold it".to_string()),
+                Err(e) => Err(e),
+            };
+            match fetched {
+                Ok(()) => tracing::info!(
+                    tenant = %tenant.name, %sha256,
+                    "uploaded plugin taken from the cluster's plugin store"
+                ),
+                Err(e) => tracing::warn!(
+                    tenant = %tenant.name, %sha256,
+                    "cannot take the uploaded plugin from the cluster's plugin store: {e}"
+                ),
+            }
+        }
     }
 
     /// Writes an upload into the tenant's uploads, counted against its

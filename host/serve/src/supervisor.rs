@@ -166,6 +166,9 @@ pub struct Context {
     /// In a cluster, the host's session: a pipeline runs only while this
     /// host holds its claim, and keeps its positions in etcd.
     pub cluster: Option<Arc<weir_cluster::Session>>,
+    /// In a cluster with `plugin_store`: where plugins uploaded through the
+    /// API are kept for every host.
+    pub plugin_store: Option<Arc<crate::plugin_store::PluginStore>>,
 }
 
 impl Slot {

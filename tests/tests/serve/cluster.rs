@@ -371,6 +371,38 @@ fn plugin_store_reaches_every_host(
         owners.len() > 1,
         "every pipeline runs on one host, so no copy was used: {owners:?}"
     );
+    // A plugin uploaded through one host's API, which no folder holds, is
+    // kept in the store: every host takes it when the pipeline file naming
+    // it reaches its folder, and the pipeline runs wherever it is placed.
+    let honest = std::fs::read(common::plugin("weir-fixture-positioned")).unwrap();
+    let uploaded = with_custom_section(&honest, "weir-test-upload", b"cluster");
+    let sha256 = sha256_hex(&uploaded);
+    let reply = hosts[0].upload_plugin(T, &sha256, &uploaded, hosts[0].token(T));
+    assert_eq!(reply.code, 200, "uploading to host-0: {reply}");
+    let text = paced_positioned("u0", SINK, 354, CHANGES, 0)
+        .for_serve()
+        .text()
+        .replace("weir_fixture_positioned.wasm", &format!("sha256:{sha256}"));
+    assert!(
+        text.contains("sha256:"),
+        "the plugin is not named by digest:\n{text}"
+    );
+    let reply = hosts[0].put_pipeline(T, "u0", &text, hosts[0].token(T));
+    assert!(reply.is_success(), "applying u0: {reply}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for host in &hosts {
+        let path = host.uploads_dir(T).join(format!("{sha256}.wasm"));
+        while !path.is_file() {
+            assert!(
+                Instant::now() < deadline,
+                "{} never appeared\n{}",
+                path.display(),
+                host.log_tail(30)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     // Deleted through another host, it goes from every folder.
     let reply = hosts[1].delete(T, "m2", hosts[1].token(T));
     assert!(reply.is_success(), "deleting m2: {reply}");
@@ -392,7 +424,7 @@ fn plugin_store_reaches_every_host(
         let reply = hosts[2].deploy(T, &pipeline, hosts[2].token(T));
         assert!(reply.is_success(), "lifting {name}'s pace: {reply}");
     }
-    for (name, seed) in &pipelines[..2] {
+    for (name, seed) in pipelines[..2].iter().chain(&[("u0", 354)]) {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let finished = owner(name).is_some_and(|o| {
