@@ -167,8 +167,15 @@ pub struct TenantConfig {
     pub token_env: Option<String>,
     #[serde(default)]
     pub token_file: Option<PathBuf>,
-    /// Every blob-store root of the tenant's sinks lies in here.
-    pub root: PathBuf,
+    /// Every blob-store root of the tenant's sinks lies in here: a folder,
+    /// or object storage by URL (`s3://bucket/prefix`).
+    pub root: String,
+    /// The object store's options for a `root` URL (endpoint, region,
+    /// credentials: object_store's names); `${VAR}` in a value reads the
+    /// host's environment. The host's, not the tenant's: its pipeline
+    /// files may not set a sink's options.
+    #[serde(default)]
+    pub root_options: BTreeMap<String, String>,
     #[serde(default = "default_max_pipelines")]
     pub max_pipelines: usize,
     /// The sum of `memory_mb` over its sink instances.

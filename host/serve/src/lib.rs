@@ -35,7 +35,7 @@ use host_file::HostConfig;
 use plugin_store::PluginStore;
 use server::Server;
 use supervisor::Context;
-use tenant::Tenant;
+use tenant::{Tenant, TenantRoot};
 
 use weir_metrics::Metrics;
 use weir_runtime::{WasmEngine, engine};
@@ -56,7 +56,10 @@ pub fn serve(host_file: &Path) -> Result<ExitCode, String> {
     let pipelines_dir = tenant::made(&host.resolve(&host.pipelines_dir), "pipelines_dir")?;
     let mut tenants = BTreeMap::new();
     for name in host.tenants.keys() {
-        tenants.insert(name.clone(), Arc::new(Tenant::open(&host, name)?));
+        tenants.insert(
+            name.clone(),
+            Arc::new(Tenant::open(&host, name, Some(io.handle()))?),
+        );
     }
     check_apart(&host, &tenants, &state_dir, &pipelines_dir)?;
     // Every tenant's share of instance slots is there for it whatever the
@@ -214,41 +217,50 @@ fn check_apart(
     state_dir: &Path,
     pipelines_dir: &Path,
 ) -> Result<(), String> {
-    let overlap = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+    // The plugin store as a root, to be kept apart from the tenants' as
+    // theirs are from each other.
     let plugin_store = host
         .cluster
         .as_ref()
         .and_then(|c| c.plugin_store.as_deref())
-        .and_then(plugin_store::local_folder)
-        .map(|store| host.resolve(&store));
+        .map(|store| match plugin_store::local_folder(store) {
+            Some(folder) => TenantRoot::Folder(host.resolve(&folder)),
+            None => TenantRoot::Objects {
+                url: store.trim_end_matches('/').to_string(),
+                options: BTreeMap::new(),
+            },
+        });
     for (name, tenant) in tenants {
         if let Some(store) = &plugin_store
-            && overlap(&tenant.root, store)
+            && tenant.root.overlaps(store)
         {
             return Err(format!(
                 "{}: tenants.{name}.root ({}) overlaps cluster.plugin_store ({})",
                 host.file.display(),
-                tenant.root.display(),
-                store.display()
+                tenant.root.describe(),
+                store.describe()
             ));
         }
         for (what, place) in [("state_dir", state_dir), ("pipelines_dir", pipelines_dir)] {
-            if overlap(&tenant.root, place) {
+            if tenant
+                .root
+                .overlaps(&TenantRoot::Folder(place.to_path_buf()))
+            {
                 return Err(format!(
                     "{}: tenants.{name}.root ({}) overlaps the host's {what} ({})",
                     host.file.display(),
-                    tenant.root.display(),
+                    tenant.root.describe(),
                     place.display()
                 ));
             }
         }
         for (other, theirs) in tenants.range(name.clone()..).skip(1) {
-            if overlap(&tenant.root, &theirs.root) {
+            if tenant.root.overlaps(&theirs.root) {
                 return Err(format!(
                     "{}: tenants.{name}.root and tenants.{other}.root overlap ({} and {})",
                     host.file.display(),
-                    tenant.root.display(),
-                    theirs.root.display()
+                    tenant.root.describe(),
+                    theirs.root.describe()
                 ));
             }
         }

@@ -6,13 +6,14 @@
 //! source says which it reaches), and the tenant's pipelines counted
 //! against its bounds.
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use weir_pipeline::config::PipelineConfig;
 use weir_pipeline::plugin_ref;
 use weir_source::Endpoint;
 
-use crate::tenant::{Tenant, made};
+use crate::tenant::{Tenant, TenantRoot, made};
 
 /// Why an operation was not done; the admin API maps each to a status.
 #[derive(Debug)]
@@ -90,30 +91,31 @@ impl Tenant {
             ));
         }
         config.state_dir = self.state_dir.join("pipelines").join(name);
-        let pipeline_root = self.root.join(name);
         for (i, sink) in config.sinks.iter_mut().enumerate() {
             let field = format!("sinks[{i}]");
-            let root = self
-                .sink_root(&pipeline_root, &sink.blob_store.url)
+            let (url, options) = self
+                .sink_root(name, &sink.blob_store.url)
                 .map_err(|e| invalid(format!("{field}.blob_store.url: {e}")))?;
             if !sink.blob_store.options.is_empty() {
                 return Err(invalid(format!(
-                    "{field}.blob_store.options: not allowed under weir serve (roots are folders \
-                     in the tenant's root)"
+                    "{field}.blob_store.options: not allowed under weir serve (roots are places \
+                     in the tenant's root, whose options are the host's)"
                 )));
             }
-            sink.blob_store.url = root.display().to_string();
+            sink.blob_store.url = url;
+            sink.blob_store.options = options;
             if let Some(valve) = &mut sink.dead_letter {
-                let root = self
-                    .sink_root(&pipeline_root, &valve.url)
+                let (url, options) = self
+                    .sink_root(name, &valve.url)
                     .map_err(|e| invalid(format!("{field}.dead_letter.url: {e}")))?;
                 if !valve.options.is_empty() {
                     return Err(invalid(format!(
                         "{field}.dead_letter.options: not allowed under weir serve (the \
-                         dead-letter location is a folder in the tenant's root)"
+                         dead-letter location is a place in the tenant's root)"
                     )));
                 }
-                valve.url = root.display().to_string();
+                valve.url = url;
+                valve.options = options;
             }
             sink.plugin = match plugin_ref::uploaded(&sink.plugin) {
                 Some(sha256) => self.uploaded_plugin(&sink.name, sha256),
@@ -239,7 +241,14 @@ impl Tenant {
 
     /// A sink's root: a relative folder path inside `<root>/<pipeline>`,
     /// made if missing, that resolves (links too) inside the tenant's root.
-    fn sink_root(&self, pipeline_root: &Path, url: &str) -> Result<PathBuf, String> {
+    /// A sink's root `url` (a relative path) in pipeline `pipeline`'s
+    /// part of the tenant's root: the URL or folder the sink gets, and the
+    /// object store's options.
+    fn sink_root(
+        &self,
+        pipeline: &str,
+        url: &str,
+    ) -> Result<(String, BTreeMap<String, String>), String> {
         let relative = Path::new(url);
         let plain = !url.contains(':')
             && relative.is_relative()
@@ -255,7 +264,24 @@ impl Tenant {
                  serve a sink's root lies in its tenant's root"
             ));
         }
-        let wanted = pipeline_root.join(relative);
+        let tenant_root = match &self.root {
+            TenantRoot::Folder(folder) => folder,
+            TenantRoot::Objects { url: root, options } => {
+                // No links in object storage: the path's parts are the place.
+                let parts: Vec<&str> = relative
+                    .components()
+                    .filter_map(|c| match c {
+                        Component::Normal(part) => part.to_str(),
+                        _ => None,
+                    })
+                    .collect();
+                return Ok((
+                    format!("{root}/{pipeline}/{}", parts.join("/")),
+                    options.clone(),
+                ));
+            }
+        };
+        let wanted = tenant_root.join(pipeline).join(relative);
         let out = || {
             format!(
                 "`{url}` leads out of tenant `{}`'s root (through a link)",
@@ -272,14 +298,14 @@ impl Tenant {
             }
         }
         let resolved = existing.canonicalize().map_err(|_| out())?;
-        if !resolved.starts_with(&self.root) {
+        if !resolved.starts_with(tenant_root) {
             return Err(out());
         }
         let root = made(&wanted, "the root")?;
-        if !root.starts_with(&self.root) {
+        if !root.starts_with(tenant_root) {
             return Err(out());
         }
-        Ok(root)
+        Ok((root.display().to_string(), BTreeMap::new()))
     }
 
     /// The upload a sink names as `sha256:<digest>`: a plugin the tenant
@@ -375,11 +401,11 @@ mod tests {
     fn a_pipeline_is_held_inside_its_tenant() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
-        let a = Tenant::open(&host, "a").unwrap();
+        let a = Tenant::open(&host, "a", None).unwrap();
         let config = a.admit("p", &pipeline(""), Path::new("p.yaml")).unwrap();
         let root = PathBuf::from(&config.sinks[0].blob_store.url);
         assert!(
-            root.starts_with(&a.root) && root.ends_with("p/lake"),
+            root.starts_with(a.root.folder().unwrap()) && root.ends_with("p/lake"),
             "{root:?}"
         );
         assert!(config.state_dir.starts_with(&a.state_dir));
@@ -387,10 +413,77 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_root_on_object_storage_holds_its_sinks_under_its_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut host = host(dir.path());
+        let a = host.tenants.get_mut("a").unwrap();
+        a.root = "s3://lake-bucket/tenants/a/".into();
+        a.root_options = BTreeMap::from([
+            ("aws_region".to_string(), "eu-west-1".to_string()),
+            (
+                "aws_secret_access_key".to_string(),
+                "${WEIR_TENANT_A_SECRET}".to_string(),
+            ),
+        ]);
+        let a = Tenant::open(&host, "a", None).unwrap();
+        let b = Tenant::open(&host, "b", None).unwrap();
+        assert!(!a.root.overlaps(&b.root));
+        let config = a
+            .admit(
+                "p",
+                &pipeline("    dead_letter: { url: ./refused/here }\n"),
+                Path::new("p.yaml"),
+            )
+            .unwrap();
+        let sink = &config.sinks[0];
+        assert_eq!(sink.blob_store.url, "s3://lake-bucket/tenants/a/p/lake");
+        assert_eq!(
+            sink.blob_store
+                .options
+                .get("aws_secret_access_key")
+                .map(String::as_str),
+            Some("from-a"),
+            "the options' ${{VAR}} is read from the host's environment"
+        );
+        let valve = sink.dead_letter.as_ref().unwrap();
+        assert_eq!(valve.url, "s3://lake-bucket/tenants/a/p/refused/here");
+        assert_eq!(valve.options, sink.blob_store.options);
+        for url in ["../b/lake", "s3://lake-bucket/elsewhere", "/abs"] {
+            let error = a
+                .admit(
+                    "p",
+                    &pipeline("").replace("url: lake", &format!("url: {url}")),
+                    Path::new("p.yaml"),
+                )
+                .unwrap_err();
+            assert!(error.contains("blob_store.url"), "{url}: {error}");
+        }
+        // A prefix inside another tenant's is an overlap; a sibling is not.
+        let nested = TenantRoot::Objects {
+            url: "s3://lake-bucket/tenants/a/deeper".into(),
+            options: BTreeMap::new(),
+        };
+        let sibling = TenantRoot::Objects {
+            url: "s3://lake-bucket/tenants/ab".into(),
+            options: BTreeMap::new(),
+        };
+        assert!(a.root.overlaps(&nested) && nested.overlaps(&a.root));
+        assert!(!a.root.overlaps(&sibling));
+        // A URL that names no place, and options for a folder, are refused.
+        let mut bad = host.clone();
+        bad.tenants.get_mut("a").unwrap().root = "s3://".into();
+        assert!(Tenant::open(&bad, "a", None).is_err_and(|e| e.contains("tenants.a.root")));
+        let mut bad = host.clone();
+        bad.tenants.get_mut("b").unwrap().root_options =
+            BTreeMap::from([("aws_region".to_string(), "x".to_string())]);
+        assert!(Tenant::open(&bad, "b", None).is_err_and(|e| e.contains("root_options")));
+    }
+
+    #[test]
     fn a_dead_letter_location_is_held_inside_its_tenant() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
-        let a = Tenant::open(&host, "a").unwrap();
+        let a = Tenant::open(&host, "a", None).unwrap();
         let config = a
             .admit(
                 "p",
@@ -400,7 +493,7 @@ mod tests {
             .unwrap();
         let valve = PathBuf::from(&config.sinks[0].dead_letter.as_ref().unwrap().url);
         assert!(
-            valve.starts_with(&a.root) && valve.ends_with("p/refused"),
+            valve.starts_with(a.root.folder().unwrap()) && valve.ends_with("p/refused"),
             "{valve:?}"
         );
         for valve in [
@@ -423,8 +516,8 @@ mod tests {
     fn escapes_from_the_tenant_are_refused_naming_the_key() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
-        let a = Tenant::open(&host, "a").unwrap();
-        let b = Tenant::open(&host, "b").unwrap();
+        let a = Tenant::open(&host, "a", None).unwrap();
+        let b = Tenant::open(&host, "b", None).unwrap();
         let refused = |text: String, key: &str| {
             let error = a.admit("p", &text, Path::new("p.yaml")).unwrap_err();
             assert!(error.contains(key), "expected `{key}` in: {error}");
@@ -442,11 +535,19 @@ mod tests {
             );
         }
         // A link in A's root that leads into B's.
-        std::os::unix::fs::symlink(&b.root, a.root.join("into-b")).unwrap();
-        std::fs::create_dir_all(a.root.join("p")).unwrap();
-        std::os::unix::fs::symlink(&b.root, a.root.join("p").join("lake")).unwrap();
+        std::os::unix::fs::symlink(
+            b.root.folder().unwrap(),
+            a.root.folder().unwrap().join("into-b"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(a.root.folder().unwrap().join("p")).unwrap();
+        std::os::unix::fs::symlink(
+            b.root.folder().unwrap(),
+            a.root.folder().unwrap().join("p").join("lake"),
+        )
+        .unwrap();
         refused(pipeline(""), "leads out of tenant `a`'s root");
-        std::fs::remove_file(a.root.join("p").join("lake")).unwrap();
+        std::fs::remove_file(a.root.folder().unwrap().join("p").join("lake")).unwrap();
         // B's plugin, by a path out of A's folder.
         refused(
             pipeline("").replace("plugin: sink.wasm", "plugin: ../b/sink.wasm"),
@@ -500,8 +601,8 @@ mod tests {
     fn an_uploaded_plugin_is_named_by_its_digest_and_only_the_tenants_own() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
-        let a = Tenant::open(&host, "a").unwrap();
-        let b = Tenant::open(&host, "b").unwrap();
+        let a = Tenant::open(&host, "a", None).unwrap();
+        let b = Tenant::open(&host, "b", None).unwrap();
         let digest = "0123456789abcdef".repeat(4);
         std::fs::create_dir_all(a.uploads_dir()).unwrap();
         std::fs::write(a.uploads_dir().join(format!("{digest}.wasm")), b"\0asm").unwrap();
@@ -557,7 +658,7 @@ mod tests {
     fn a_database_must_be_granted_to_the_tenant() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
-        let a = Tenant::open(&host, "a").unwrap();
+        let a = Tenant::open(&host, "a", None).unwrap();
         let admit = |dsn: &str| a.admit("p", &postgres_pipeline(dsn), Path::new("p.yaml"));
         admit("host=db.a.example user=x dbname=y").unwrap();
         for dsn in [
@@ -576,7 +677,7 @@ mod tests {
     fn a_mysql_server_must_be_granted_to_the_tenant_as_one() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
-        let a = Tenant::open(&host, "a").unwrap();
+        let a = Tenant::open(&host, "a", None).unwrap();
         let mysql = |host: &str, port: u16| {
             pipeline("").replace(
                 "source: { generator: { seed: 1 } }",

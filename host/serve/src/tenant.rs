@@ -12,14 +12,15 @@ use weir_contract::grants::Grants;
 
 use super::host_file::{HostConfig, TenantConfig};
 use weir_runtime::TenantShare;
+use weir_runtime::capability::blobstore::BlobScope;
 use weir_runtime::tenant::TenantBounds;
 
 pub struct Tenant {
     pub name: String,
     pub config: TenantConfig,
     token_digest: [u8; 32],
-    /// The tenant's blob-store root, links resolved.
-    pub root: PathBuf,
+    /// The tenant's blob-store root.
+    pub root: TenantRoot,
     /// `<pipelines_dir>/<tenant>`, links resolved: its pipeline files and
     /// the plugins they name.
     pub pipelines_dir: PathBuf,
@@ -33,6 +34,52 @@ pub struct Tenant {
     /// What pruning must keep besides what runs and what files name. Held
     /// while an upload is written and while uploads are pruned.
     uploads: Mutex<Uploads>,
+}
+
+/// Where a tenant's sinks keep their data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantRoot {
+    /// A folder, made and with its links resolved.
+    Folder(PathBuf),
+    /// Object storage: the root's URL (no `/` at its end), and the object
+    /// store's options (`${VAR}` already read).
+    Objects {
+        url: String,
+        options: BTreeMap<String, String>,
+    },
+}
+
+impl TenantRoot {
+    /// The folder, for a root that is one.
+    pub fn folder(&self) -> Option<&Path> {
+        match self {
+            TenantRoot::Folder(path) => Some(path),
+            TenantRoot::Objects { .. } => None,
+        }
+    }
+
+    /// Whether one root lies in the other (a folder in a folder, a prefix
+    /// in a prefix of the same bucket).
+    pub fn overlaps(&self, other: &TenantRoot) -> bool {
+        match (self, other) {
+            (TenantRoot::Folder(a), TenantRoot::Folder(b)) => a.starts_with(b) || b.starts_with(a),
+            (TenantRoot::Objects { url: a, .. }, TenantRoot::Objects { url: b, .. }) => {
+                let within = |inner: &str, outer: &str| {
+                    inner == outer || inner.starts_with(&format!("{outer}/"))
+                };
+                within(a, b) || within(b, a)
+            }
+            _ => false,
+        }
+    }
+
+    /// The root as an operator wrote it, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            TenantRoot::Folder(path) => path.display().to_string(),
+            TenantRoot::Objects { url, .. } => url.clone(),
+        }
+    }
 }
 
 /// The servers a tenant's sources may read, per kind of source: a grant of
@@ -69,11 +116,17 @@ impl Tenant {
     /// Makes the tenant's folders and reads its token; `host_state` and
     /// `watched` are the host's own folders (resolved), which no tenant
     /// root may overlap.
-    pub fn open(host: &HostConfig, name: &str) -> Result<Tenant, String> {
+    /// `io` measures what an object-storage root holds (without it, a
+    /// root on object storage counts as empty at start).
+    pub fn open(
+        host: &HostConfig,
+        name: &str,
+        io: Option<&tokio::runtime::Handle>,
+    ) -> Result<Tenant, String> {
         let config = host.tenants[name].clone();
         let field = format!("{}: tenants.{name}", host.file.display());
         let token = host.tenant_token(name)?;
-        let root = made(&host.resolve(&config.root), &format!("{field}.root"))?;
+        let root = open_root(host, &config, &field)?;
         let pipelines_dir = made(
             &host.resolve(&host.pipelines_dir).join(name),
             &format!("{field}: its pipelines folder"),
@@ -89,8 +142,23 @@ impl Tenant {
             mysql: Grants::parse(Vec::<String>::new(), &config.sources.mysql)
                 .map_err(|e| format!("{field}.sources.mysql: {e}"))?,
         };
-        let stored_now = weir_runtime::capability::blob_walk::stored_bytes(&root)
-            .map_err(|e| format!("{field}.root: cannot measure {}: {e}", root.display()))?;
+        let stored_now = match &root {
+            TenantRoot::Folder(folder) => weir_runtime::capability::blob_walk::stored_bytes(folder)
+                .map_err(|e| format!("{field}.root: cannot measure {}: {e}", folder.display()))?,
+            TenantRoot::Objects { url, options } => match io {
+                Some(io) => {
+                    let options: Vec<(String, String)> = options
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    BlobScope::open(url, &options, &host.base_dir, io.clone())
+                        .map_err(|e| format!("{field}.root: {e}"))?
+                        .total_bytes()
+                        .map_err(|e| format!("{field}.root: cannot measure {url}: {e}"))?
+                }
+                None => 0,
+            },
+        };
         // Its uploaded plugins count against the same quota.
         let uploads = state_dir.join("plugins");
         let uploaded_now = if uploads.exists() {
@@ -175,6 +243,45 @@ pub fn digest(token: &str) -> [u8; 32] {
 }
 
 /// Makes a folder and resolves its links; `what` names it in the error.
+/// The tenant's root from its `root` (a folder, made, relative to the host
+/// file's; or a URL, its options' `${VAR}` read from the host's
+/// environment).
+fn open_root(host: &HostConfig, config: &TenantConfig, field: &str) -> Result<TenantRoot, String> {
+    let local = match config.root.strip_prefix("file://") {
+        Some(path) => Some(PathBuf::from(path)),
+        None if !config.root.contains("://") => Some(PathBuf::from(&config.root)),
+        None => None,
+    };
+    if let Some(folder) = local {
+        if !config.root_options.is_empty() {
+            return Err(format!(
+                "{field}.root_options: set, but the root is a folder (options are for a URL)"
+            ));
+        }
+        return Ok(TenantRoot::Folder(made(
+            &host.resolve(&folder),
+            &format!("{field}.root"),
+        )?));
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    let mut options = BTreeMap::new();
+    for (key, value) in &config.root_options {
+        let value = weir_pipeline::config::interpolate(value, &env)
+            .map_err(|e| format!("{field}.root_options.{key}: {e}"))?;
+        options.insert(key.clone(), value);
+    }
+    let url = config.root.trim_end_matches('/').to_string();
+    let place = url.split_once("://").map_or("", |(_, rest)| rest);
+    if place.is_empty() || place.split('/').any(|part| part.is_empty() || part == "..") {
+        return Err(format!(
+            "{field}.root: `{}` names no place in the store (a bucket, and a prefix for the \
+             tenant, without `..` or empty parts)",
+            config.root
+        ));
+    }
+    Ok(TenantRoot::Objects { url, options })
+}
+
 pub(super) fn made(path: &Path, what: &str) -> Result<PathBuf, String> {
     std::fs::create_dir_all(path)
         .and_then(|()| path.canonicalize())

@@ -53,6 +53,8 @@ pub struct Tenant {
     max_instances: Option<usize>,
     max_sockets: Option<usize>,
     postgres: Vec<String>,
+    /// A root on object storage instead of a folder: its URL and options.
+    object_root: Option<(String, BTreeMap<String, String>)>,
 }
 
 impl Tenant {
@@ -71,6 +73,7 @@ impl Tenant {
             max_instances: None,
             max_sockets: None,
             postgres: Vec::new(),
+            object_root: None,
         }
     }
 
@@ -151,6 +154,13 @@ impl Tenant {
     fn root(&self) -> String {
         format!("data/{}", self.name)
     }
+
+    /// The tenant's root on object storage (`s3://bucket/prefix`), with the
+    /// object store's options (`root_options` in the host file).
+    pub fn object_root(mut self, url: &str, options: BTreeMap<String, String>) -> Self {
+        self.object_root = Some((url.into(), options));
+        self
+    }
 }
 
 /// The host file as docs/serve.md describes it. JSON is valid YAML.
@@ -182,6 +192,8 @@ struct Restart {
 struct TenantEntry {
     token_env: String,
     root: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    root_options: BTreeMap<String, String>,
     max_pipelines: u32,
     max_memory_mb: u64,
     max_stored_mb: u64,
@@ -351,10 +363,16 @@ impl ServeHostBuilder {
                 tenant.name.clone(),
                 TenantEntry {
                     token_env: tenant.token_env(),
-                    root: match &self.shared {
-                        Some(shared) => shared.join(tenant.root()).display().to_string(),
-                        None => tenant.root(),
+                    root: match (&tenant.object_root, &self.shared) {
+                        (Some((url, _)), _) => url.clone(),
+                        (None, Some(shared)) => shared.join(tenant.root()).display().to_string(),
+                        (None, None) => tenant.root(),
                     },
+                    root_options: tenant
+                        .object_root
+                        .as_ref()
+                        .map(|(_, options)| options.clone())
+                        .unwrap_or_default(),
                     max_pipelines: tenant.max_pipelines,
                     max_memory_mb: tenant.max_memory_mb,
                     max_stored_mb: tenant.max_stored_mb,

@@ -33,17 +33,25 @@ pub struct Cluster {
     lease_ttl_s: u64,
     /// Each pipeline's stream length (the oracle needs it too).
     changes: u64,
+    /// The one tenant, as every host's file names it.
+    tenant: Tenant,
 }
 
 impl Cluster {
     pub fn start(hosts: usize, lease_ttl_s: u64) -> Cluster {
+        Cluster::start_with(hosts, lease_ttl_s, Tenant::new(T).max_pipelines(8))
+    }
+
+    /// A cluster whose hosts' files name `tenant` (its root on object
+    /// storage, say) as tenant [`T`].
+    pub fn start_with(hosts: usize, lease_ttl_s: u64, tenant: Tenant) -> Cluster {
         let etcd = Etcd::start();
         let shared = tempfile::tempdir().expect("a shared folder");
         let path = shared.path().to_path_buf();
         let names: Vec<String> = (0..hosts).map(|n| format!("host-{n}")).collect();
         let hosts = names
             .iter()
-            .map(|name| host(&etcd, &path, name, lease_ttl_s))
+            .map(|name| host(&etcd, &path, name, lease_ttl_s, &tenant))
             .collect();
         Cluster {
             hosts,
@@ -53,6 +61,7 @@ impl Cluster {
             _shared: shared,
             lease_ttl_s,
             changes: CHANGES,
+            tenant,
         }
     }
 
@@ -79,12 +88,18 @@ impl Cluster {
             &self.shared,
             &self.names[index],
             self.lease_ttl_s,
+            &self.tenant,
         )
     }
 
     pub fn join(&mut self, name: &str) {
-        self.hosts
-            .push(host(&self.etcd, &self.shared, name, self.lease_ttl_s));
+        self.hosts.push(host(
+            &self.etcd,
+            &self.shared,
+            name,
+            self.lease_ttl_s,
+            &self.tenant,
+        ));
         self.names.push(name.to_string());
     }
 
@@ -181,9 +196,9 @@ impl Cluster {
     }
 }
 
-fn host(etcd: &Etcd, shared: &Path, name: &str, lease_ttl_s: u64) -> ServeHost {
+fn host(etcd: &Etcd, shared: &Path, name: &str, lease_ttl_s: u64, tenant: &Tenant) -> ServeHost {
     ServeHost::builder()
-        .tenant(Tenant::new(T).max_pipelines(8))
+        .tenant(tenant.clone())
         .cluster(&etcd.endpoint(), name)
         .cluster_setting("lease_ttl_s", lease_ttl_s)
         .cluster_setting("placement_delay_ms", PLACEMENT_DELAY_MS)

@@ -481,6 +481,13 @@ impl BlobScope {
 
     /// The bytes the root holds, counted once (at the first write) by
     /// listing it; later writes keep the count.
+    /// What the root holds, in bytes (counted once, then kept up to date
+    /// by this scope's own writes).
+    pub fn total_bytes(&self) -> Result<u64, BlobError> {
+        let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
+        self.stored_bytes(&mut stored)
+    }
+
     fn stored_bytes(&self, stored: &mut Option<u64>) -> Result<u64, BlobError> {
         if let Some(bytes) = *stored {
             return Ok(bytes);
