@@ -36,6 +36,29 @@ pub enum Value {
     List(Vec<Value>),
 }
 
+impl Value {
+    /// Appends a boolean, integer, decimal, date or timestamp as bytes whose
+    /// order is the value's (big-endian, the sign bit flipped), for keys
+    /// that must sort as the source sorts them; false, appending nothing,
+    /// for any other value.
+    pub(crate) fn push_ordered(&self, out: &mut Vec<u8>) -> bool {
+        match self {
+            Value::Bool(v) => out.push(u8::from(*v)),
+            Value::Int32(v) | Value::Date32(v) => {
+                out.extend_from_slice(&((*v as u32) ^ (1 << 31)).to_be_bytes())
+            }
+            Value::Int64(v) | Value::TimestampMicros(v) => {
+                out.extend_from_slice(&((*v as u64) ^ (1 << 63)).to_be_bytes())
+            }
+            Value::Decimal128(v) => {
+                out.extend_from_slice(&((*v as u128) ^ (1 << 127)).to_be_bytes())
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
 /// The Arrow type of a uuid: its 16 bytes. Every field of this type the
 /// host builds is marked with Arrow's canonical `arrow.uuid` extension (see
 /// [`field`]), so a sink can tell a uuid from other 16 bytes.

@@ -8,7 +8,6 @@ use crate::common;
 use crate::iceberg_support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use common::{SinkBuilder, TableMode, tables, text, weir};
 use iceberg_support::*;
@@ -17,53 +16,6 @@ use weir_test_support::moto::MotoServer;
 const BUCKET: &str = "weir-lake";
 const SEED: u64 = 17;
 const CHANGES: u64 = 3_000;
-
-/// The newest `vN.metadata.json` of a table among the bucket's keys.
-fn newest_metadata(keys: &BTreeMap<String, String>, table_prefix: &str) -> Option<String> {
-    keys.keys()
-        .filter_map(|key| {
-            let name = key.strip_prefix(&format!("{table_prefix}/metadata/v"))?;
-            let version: u64 = name.strip_suffix(".metadata.json")?.parse().ok()?;
-            Some((version, key.clone()))
-        })
-        .max()
-        .map(|(_, key)| key)
-}
-
-/// Reads `s3://BUCKET/key` with `reader`, which reaches moto itself.
-fn read_through_s3(moto: &MotoServer, reader: &str, key: &str) -> Result<Read, String> {
-    let options = moto.blob_store_options();
-    let out = Command::new(python())
-        .arg(common::workspace().join("tests/readers/read_iceberg.py"))
-        .arg(reader)
-        .arg(format!("s3://{BUCKET}/{key}"))
-        .env("WEIR_S3_ENDPOINT", moto.endpoint())
-        .env("AWS_ACCESS_KEY_ID", &options["aws_access_key_id"])
-        .env("AWS_SECRET_ACCESS_KEY", &options["aws_secret_access_key"])
-        .env("AWS_DEFAULT_REGION", &options["aws_region"])
-        .output()
-        .expect("python runs");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let strings = |v: &serde_json::Value| -> Vec<Option<String>> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().map(str::to_string))
-            .collect()
-    };
-    Ok(Read {
-        columns: strings(&json["columns"]).into_iter().flatten().collect(),
-        rows: json["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(strings)
-            .collect(),
-    })
-}
 
 #[test]
 fn upsert_tables_on_s3_are_read_through_s3_by_duckdb_and_pyiceberg() {
@@ -125,7 +77,7 @@ fn upsert_tables_on_s3_are_read_through_s3_by_duckdb_and_pyiceberg() {
             .unwrap_or_else(|| panic!("{}: no metadata under s3://{BUCKET}/{prefix}", table.name));
         let columns = column_names(&table, &["change_pos"]);
         for reader in ["duckdb", "pyiceberg"] {
-            let read = read_through_s3(&moto, reader, &metadata)
+            let read = read_through_s3(&moto, reader, BUCKET, &metadata)
                 .unwrap_or_else(|e| panic!("{reader} cannot read s3://{BUCKET}/{metadata}: {e}"));
             assert_rows(
                 &format!("{reader} through S3, {}", table.name),

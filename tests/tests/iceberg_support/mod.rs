@@ -26,6 +26,7 @@ use weir_test_support::{
 };
 
 use crate::common;
+use weir_test_support::moto::MotoServer;
 
 /// A row in canonical form: one entry per column, `None` for null.
 pub type Row = Vec<Option<String>>;
@@ -495,4 +496,56 @@ pub fn wake_and_wait(zombie: &mut std::process::Child) -> (std::process::ExitSta
         .read_to_string(&mut message)
         .unwrap();
     (status, message)
+}
+
+/// The newest `vN.metadata.json` of a table among the bucket's keys.
+pub fn newest_metadata(keys: &BTreeMap<String, String>, table_prefix: &str) -> Option<String> {
+    keys.keys()
+        .filter_map(|key| {
+            let name = key.strip_prefix(&format!("{table_prefix}/metadata/v"))?;
+            let version: u64 = name.strip_suffix(".metadata.json")?.parse().ok()?;
+            Some((version, key.clone()))
+        })
+        .max()
+        .map(|(_, key)| key)
+}
+
+/// Reads `s3://<bucket>/<key>` with `reader`, which reaches moto itself.
+pub fn read_through_s3(
+    moto: &MotoServer,
+    reader: &str,
+    bucket: &str,
+    key: &str,
+) -> Result<Read, String> {
+    let options = moto.blob_store_options();
+    let out = Command::new(python())
+        .arg(common::workspace().join("tests/readers/read_iceberg.py"))
+        .arg(reader)
+        .arg(format!("s3://{bucket}/{key}"))
+        .env("WEIR_S3_ENDPOINT", moto.endpoint())
+        .env("AWS_ACCESS_KEY_ID", &options["aws_access_key_id"])
+        .env("AWS_SECRET_ACCESS_KEY", &options["aws_secret_access_key"])
+        .env("AWS_DEFAULT_REGION", &options["aws_region"])
+        .output()
+        .expect("python runs");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let strings = |v: &serde_json::Value| -> Vec<Option<String>> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    Ok(Read {
+        columns: strings(&json["columns"]).into_iter().flatten().collect(),
+        rows: json["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(strings)
+            .collect(),
+    })
 }

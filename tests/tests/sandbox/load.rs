@@ -187,7 +187,10 @@ fn compile_bomb_is_stopped(
 /// busy threads leave it a fraction of a core: it takes longer than the
 /// bound on the clock (where a wall-clock bound would have failed it) and
 /// still compiles. The plugin is no sink, so the run then stops on the
-/// contract, not on the compile.
+/// contract, not on the compile. A run the busy threads did not slow past
+/// the bound shows nothing: it is tried again with more of them (the
+/// machine's other work takes some of their share), and only when none is
+/// slowed enough is the test inconclusive.
 #[test]
 fn a_compile_slowed_by_a_busy_machine_past_its_cpu_bound_on_the_clock_still_compiles() {
     const CPU_BOUND_MS: u64 = 3_000;
@@ -197,52 +200,65 @@ fn a_compile_slowed_by_a_busy_machine_past_its_cpu_bound_on_the_clock_still_comp
         .blob_store(&sink_root(dir.path(), "slow"))
         .compile_cpu_ms(CPU_BOUND_MS);
     let pipeline = workload(SEED, CHANGES, 100).sink(slow).write_in(dir.path());
-    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let hogs: Vec<_> = (0..cores * 4)
-        .map(|_| {
-            let busy = busy.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while busy.load(std::sync::atomic::Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
+    let mut tried = Vec::new();
+    for (attempt, hogs_per_core) in [4, 8, 16].into_iter().enumerate() {
+        let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let hogs: Vec<_> = (0..cores * hogs_per_core)
+            .map(|_| {
+                let busy = busy.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
             })
-        })
-        .collect();
-    // A cache of its own: the plugin must be compiled, not loaded.
-    let cache = dir.path().join("component-cache");
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[
-            ("WEIR_LOG", "info"),
-            ("WEIR_COMPONENT_CACHE", cache.to_str().unwrap()),
-        ],
-    );
-    let report = text(&out);
-    busy.store(false, std::sync::atomic::Ordering::Relaxed);
-    for hog in hogs {
-        hog.join().unwrap();
+            .collect();
+        // A cache of its own for each attempt: the plugin must be compiled,
+        // not loaded.
+        let cache = dir.path().join(format!("component-cache-{attempt}"));
+        let out = weir(
+            &["run", pipeline.to_str().unwrap()],
+            &[
+                ("WEIR_LOG", "info"),
+                ("WEIR_COMPONENT_CACHE", cache.to_str().unwrap()),
+            ],
+        );
+        let report = text(&out);
+        busy.store(false, std::sync::atomic::Ordering::Relaxed);
+        for hog in hogs {
+            hog.join().unwrap();
+        }
+        assert!(!out.status.success(), "{report}");
+        assert!(
+            !report.contains("cannot compile plugin"),
+            "the compile failed: {report}"
+        );
+        let (wall, cpu) = compile_times(&report).unwrap_or_else(|| {
+            panic!("no compile was reported: {report}");
+        });
+        assert!(
+            cpu < CPU_BOUND_MS as f64 / 1000.0,
+            "the compile used {cpu} s of CPU, not well under the bound: {report}"
+        );
+        if wall > CPU_BOUND_MS as f64 / 1000.0 {
+            println!(
+                "compiled in {wall} s on the clock, {cpu} s of CPU, under a {CPU_BOUND_MS} ms \
+                 CPU bound ({hogs_per_core} busy threads a core)"
+            );
+            return;
+        }
+        tried.push(format!(
+            "{hogs_per_core} busy threads a core: {wall} s on the clock, {cpu} s of CPU"
+        ));
     }
-    assert!(!out.status.success(), "{report}");
-    assert!(
-        !report.contains("cannot compile plugin"),
-        "the compile failed: {report}"
-    );
-    let (wall, cpu) = compile_times(&report).unwrap_or_else(|| {
-        panic!("no compile was reported: {report}");
-    });
-    assert!(
-        cpu < CPU_BOUND_MS as f64 / 1000.0,
-        "the compile used {cpu} s of CPU, not well under the bound: {report}"
-    );
-    assert!(
-        wall > CPU_BOUND_MS as f64 / 1000.0,
-        "inconclusive: the busy threads did not slow the compile past {CPU_BOUND_MS} ms on the \
-         clock ({wall} s, {cpu} s of CPU), so this run shows nothing"
-    );
-    println!(
-        "compiled in {wall} s on the clock, {cpu} s of CPU, under a {CPU_BOUND_MS} ms CPU bound"
+    panic!(
+        "inconclusive: the busy threads never slowed the compile past {CPU_BOUND_MS} ms on the \
+         clock, so no run shows anything: {}",
+        tried.join("; ")
     );
 }
 

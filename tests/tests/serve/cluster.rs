@@ -4,10 +4,13 @@
 //! ends with every destination compared with the generator's oracle:
 //! exact (nothing lost, nothing twice) for the positioned sink.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::iceberg_support::{
+    Lake, assert_rows, column_names, destination, newest_metadata, read_through_s3, upsert_state_at,
+};
 use crate::test_cluster::{CHANGES, Cluster, LEASE_TTL_S, PACE_US, PLACEMENT_DELAY_MS, SINK, T};
 use common::etcd::Etcd;
 use common::*;
@@ -586,51 +589,71 @@ fn rows_in(object: &std::path::Path) -> usize {
 
 /// The tenant's root on S3 (moto): every host's sinks write under the
 /// tenant's prefix in the bucket, so a killed host's pipelines go on
-/// elsewhere against the same objects, and end with nothing lost (Parquet)
-/// and nothing lost or twice (positioned), as read back from the bucket.
+/// elsewhere against the same objects, and end with nothing lost or twice
+/// (positioned, and Iceberg upsert tables read through S3 by DuckDB and
+/// pyiceberg) and nothing lost (Parquet), as read back from the bucket.
 #[test]
 fn with_the_tenant_root_on_s3_a_killed_hosts_pipelines_end_complete() {
+    const ICEBERG_SEED: u64 = 373;
     let moto = MotoServer::start();
     moto.create_bucket("lake");
     let tenant = Tenant::new(T)
         .max_pipelines(8)
+        .max_memory_mb(4096)
         .object_root("s3://lake/tenants/acme", moto.blob_store_options());
     let mut cluster = Cluster::start_with(3, LEASE_TTL_S, tenant);
-    let parquet = |pace_us: u64| {
-        PipelineBuilder::generator(372, CHANGES)
-            .name("s1")
+    let paced = |name: &str, seed: u64, pace_us: u64| {
+        PipelineBuilder::generator(seed, CHANGES)
+            .name(name)
             .pace_us(pace_us)
             .max_rows(500)
             .linger_ms(200)
             .heartbeat_ms(200)
+    };
+    let parquet = |pace_us: u64| {
+        paced("s1", 372, pace_us).sink(
+            SinkBuilder::new(SINK, common::plugin("weir-parquet-sink"))
+                .limits(256, 30_000)
+                .retries(1),
+        )
+    };
+    // Its warehouse is the root the host gives its sink.
+    let warehouse = format!("s3://lake/tenants/{T}/s2/{SINK}");
+    let iceberg = |pace_us: u64| {
+        tables()
+            .iter()
+            .fold(paced("s2", ICEBERG_SEED, pace_us), |p, t| {
+                p.table(&t.name, TableMode::Upsert, &destination(&t.name))
+            })
+            .metadata("pos", "change_pos")
             .sink(
-                SinkBuilder::new(SINK, common::plugin("weir-parquet-sink"))
-                    .limits(256, 30_000)
-                    .retries(1),
+                SinkBuilder::new(SINK, common::plugin("weir-iceberg-sink"))
+                    .limits(1024, 120_000)
+                    .retries(2)
+                    .config("warehouse", &warehouse),
             )
     };
     let positioned = |pace_us: u64| paced_positioned("s0", SINK, 371, CHANGES, pace_us);
-    let via = &cluster.hosts[0];
-    for pipeline in [positioned(PACE_US), parquet(PACE_US)] {
-        let reply = via.deploy(T, &pipeline, via.token(T));
-        assert!(reply.is_success(), "deploying: {reply}");
+    let deploy = |via: &ServeHost, pace_us: u64| {
+        for pipeline in [positioned(pace_us), parquet(pace_us), iceberg(pace_us)] {
+            let reply = via.deploy(T, &pipeline, via.token(T));
+            assert!(reply.is_success(), "deploying: {reply}");
+        }
+    };
+    deploy(&cluster.hosts[0], PACE_US);
+    let names = ["s0", "s1", "s2"];
+    for name in names {
+        cluster.running_elsewhere(name, None, Duration::from_secs(90));
     }
-    for name in ["s0", "s1"] {
-        cluster.running_elsewhere(name, None, Duration::from_secs(60));
-    }
-    let victim = cluster.owner("s1").expect("s1 has an owner");
+    let victim = cluster.owner("s2").expect("s2 has an owner");
     cluster.hosts[victim].sigkill();
-    for name in ["s0", "s1"] {
-        cluster.running_elsewhere(name, Some(victim), Duration::from_secs(60));
+    for name in names {
+        cluster.running_elsewhere(name, Some(victim), Duration::from_secs(90));
     }
     let survivor = (0..3).find(|h| *h != victim).expect("a survivor");
-    let via = &cluster.hosts[survivor];
-    for pipeline in [positioned(0), parquet(0)] {
-        let reply = via.deploy(T, &pipeline, via.token(T));
-        assert!(reply.is_success(), "lifting the pace: {reply}");
-    }
-    for name in ["s0", "s1"] {
-        let deadline = Instant::now() + Duration::from_secs(120);
+    deploy(&cluster.hosts[survivor], 0);
+    for name in names {
+        let deadline = Instant::now() + Duration::from_secs(180);
         while !cluster.owner(name).is_some_and(|o| {
             let host = &cluster.hosts[o];
             host.status(T, name, host.operator_token())["state"] == "finished"
@@ -650,4 +673,37 @@ fn with_the_tenant_root_on_s3_a_killed_hosts_pipelines_end_complete() {
     assert!(moto.download("lake", &format!("tenants/{T}/s1/{SINK}/"), &lake) > 0);
     assert_positioned_exact(&exact, &expected_state(371, CHANGES));
     assert_parquet_complete(&lake, &expected_state(372, CHANGES));
+
+    // The Iceberg tables: where each stands by its snapshots, and what
+    // DuckDB and pyiceberg read through S3 against the generator there.
+    let metadata_copy = copy.path().join("s2");
+    let prefix = format!("tenants/{T}/s2/{SINK}/");
+    assert!(moto.download("lake", &prefix, &metadata_copy) > 0);
+    let lake = Lake {
+        root: metadata_copy,
+    };
+    let mut committed = BTreeMap::new();
+    for table in tables() {
+        let (position, _) = lake
+            .committed(&destination(&table.name), "s2", &table.name)
+            .unwrap_or_else(|| panic!("s2, {}: nothing committed", table.name));
+        committed.insert(table.name.clone(), position);
+    }
+    let want = upsert_state_at(ICEBERG_SEED, CHANGES, &committed);
+    let keys = moto.keys("lake", &prefix);
+    for table in tables() {
+        let table_prefix = format!("{prefix}{}", destination(&table.name).replace('.', "/"));
+        let metadata = newest_metadata(&keys, &table_prefix)
+            .unwrap_or_else(|| panic!("{}: no metadata under {table_prefix}", table.name));
+        let columns = column_names(&table, &["change_pos"]);
+        for reader in ["duckdb", "pyiceberg"] {
+            let read = read_through_s3(&moto, reader, "lake", &metadata)
+                .unwrap_or_else(|e| panic!("{reader} cannot read {metadata}: {e}"));
+            assert_rows(
+                &format!("{reader} through S3, {}", table.name),
+                &want[&table.name],
+                &read.project(&columns),
+            );
+        }
+    }
 }

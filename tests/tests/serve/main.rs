@@ -6,6 +6,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../iceberg_support/mod.rs"]
+mod iceberg_support;
 #[path = "../postgres_support/mod.rs"]
 mod postgres_support;
 

@@ -106,7 +106,7 @@ impl BinlogCoord {
 pub struct BackfillPlace {
     /// Where the stream starts once the backfill is done.
     pub stream_from: BinlogCoord,
-    /// The key in read order: each column's order bytes ([`order_bytes`])
+    /// The key in read order: each column's order bytes ([`write_order_bytes`])
     /// escaped and ended, so that any number of them compare as the
     /// columns' tuple does.
     pub order: Vec<u8>,
@@ -176,9 +176,7 @@ impl BackfillPlace {
     }
 }
 
-/// A key column's value as bytes whose order is the value's order (the
-/// order the backfill's `ORDER BY` reads in: numbers and times by value,
-/// text and bytes by their bytes).
+/// [`write_order_bytes`]'s bytes on their own.
 #[cfg(test)]
 pub fn order_bytes(value: &crate::change::Value) -> Vec<u8> {
     let mut out = Vec::new();
@@ -186,19 +184,15 @@ pub fn order_bytes(value: &crate::change::Value) -> Vec<u8> {
     out
 }
 
-/// [`order_bytes`] appended to `out`.
+/// Appends a key column's value as bytes whose order is the value's order
+/// (the order the backfill's `ORDER BY` reads in: numbers and times by
+/// value, text and bytes by their bytes).
 fn write_order_bytes(value: &crate::change::Value, out: &mut Vec<u8>) {
     use crate::change::Value as V;
+    if value.push_ordered(out) {
+        return;
+    }
     match value {
-        V::Null | V::List(_) => {}
-        V::Bool(b) => out.push(u8::from(*b)),
-        V::Int32(v) | V::Date32(v) => {
-            out.extend_from_slice(&((*v as u32) ^ (1 << 31)).to_be_bytes())
-        }
-        V::Int64(v) | V::TimestampMicros(v) => {
-            out.extend_from_slice(&((*v as u64) ^ (1 << 63)).to_be_bytes())
-        }
-        V::Decimal128(v) => out.extend_from_slice(&((*v as u128) ^ (1 << 127)).to_be_bytes()),
         V::Float64(f) => {
             let bits = f.to_bits();
             let ordered = if bits >> 63 == 1 {
@@ -210,6 +204,8 @@ fn write_order_bytes(value: &crate::change::Value, out: &mut Vec<u8>) {
         }
         V::Utf8(s) => out.extend_from_slice(s.as_bytes()),
         V::Binary(b) => out.extend_from_slice(b),
+        // Numbers and times are written above; a key is never a list or null.
+        _ => {}
     }
 }
 

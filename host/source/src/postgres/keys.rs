@@ -162,17 +162,13 @@ pub(super) fn append_key_texts<'a>(texts: impl Iterator<Item = &'a str>, out: &m
     }
 }
 
-/// Big-endian with the sign bit flipped, so byte order is numeric order.
+/// Numbers, dates and times in byte order as numeric order; uuids as
+/// their bytes.
 fn encode_native(kind: &PgKind, value: &Value, out: &mut Vec<u8>) -> Result<(), String> {
+    if value.push_ordered(out) {
+        return Ok(());
+    }
     match value {
-        Value::Bool(v) => out.push(u8::from(*v)),
-        Value::Int32(v) | Value::Date32(v) => {
-            out.extend_from_slice(&((*v as u32) ^ (1 << 31)).to_be_bytes())
-        }
-        Value::Int64(v) | Value::TimestampMicros(v) => {
-            out.extend_from_slice(&((*v as u64) ^ (1 << 63)).to_be_bytes())
-        }
-        Value::Decimal128(v) => out.extend_from_slice(&((*v as u128) ^ (1 << 127)).to_be_bytes()),
         // Postgres orders uuids by their bytes.
         Value::Binary(v) if *kind == PgKind::Uuid && v.len() == 16 => out.extend_from_slice(v),
         other => return Err(format!("key value {other:?} has no encoding")),
