@@ -179,13 +179,13 @@ impl Server {
             .collect()
     }
 
-    /// The slot of `tenant/name` if the caller reaches it; another tenant's
-    /// pipeline is "not found", exactly like one that does not exist.
     /// In a cluster, this host's session.
     pub fn cluster(&self) -> Option<&Arc<weir_cluster::Session>> {
         self.context.cluster.as_ref()
     }
 
+    /// The slot of `tenant/name` if the caller reaches it; another tenant's
+    /// pipeline is "not found", exactly like one that does not exist.
     pub fn slot(&self, caller: &Caller, tenant: &str, name: &str) -> Result<Arc<Slot>, Refusal> {
         let missing = || Refusal::NotFound(format!("no pipeline `{tenant}/{name}`"));
         if !caller.reaches(tenant) {
@@ -411,7 +411,8 @@ impl Server {
         if let Some(store) = &self.context.plugin_store {
             store.put(&tenant.name, &sha256, wasm.to_vec()).map_err(|e| {
                 Refusal::Conflict(format!(
-                    "{route}: kept on this host, but not in the cluster's plugin store, so                      other hosts cannot load it ({e}); upload it again"
+                    "{route}: kept on this host, but not in the cluster's plugin store, so other \
+                     hosts cannot load it ({e}); upload it again"
                 ))
             })?;
         }
