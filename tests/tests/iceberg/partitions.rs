@@ -7,7 +7,7 @@
 use crate::common;
 use crate::iceberg_support;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 
@@ -157,13 +157,7 @@ fn partitioned_upsert_and_append_tables_read_the_same_in_all_three_readers() {
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
 
-    let mut committed = BTreeMap::new();
-    for table in tables() {
-        let (position, _) = lake
-            .committed(&destination(&table.name), "parts", &table.name)
-            .unwrap_or_else(|| panic!("{}: nothing committed", table.name));
-        committed.insert(table.name.clone(), position);
-    }
+    let committed = lake.committed_positions("parts");
     let upserted = upsert_state_at(SEED, CHANGES, &committed);
     let appended = append_rows(SEED, CHANGES);
     let mut position_deletes = 0u64;

@@ -6,8 +6,6 @@
 use crate::common;
 use crate::iceberg_support;
 
-use std::collections::BTreeMap;
-
 use common::{TableMode, depth, tables, text, weir};
 use iceberg_support::*;
 
@@ -30,13 +28,7 @@ fn upsert_tables_equal_the_generator_state_in_all_three_readers() {
     let out = weir(&["run", pipeline.to_str().unwrap()], &[]);
     assert!(out.status.success(), "weir run failed: {}", text(&out));
 
-    let mut committed = BTreeMap::new();
-    for table in tables() {
-        let (position, _) = lake
-            .committed(&destination(&table.name), "up", &table.name)
-            .unwrap_or_else(|| panic!("{}: nothing committed", table.name));
-        committed.insert(table.name.clone(), position);
-    }
+    let committed = lake.committed_positions("up");
     let want = upsert_state_at(SEED, CHANGES, &committed);
     for table in tables() {
         let dest = destination(&table.name);

@@ -7,8 +7,6 @@
 use crate::common;
 use crate::iceberg_support;
 
-use std::collections::BTreeMap;
-
 use common::{SinkBuilder, TableMode, tables, text, weir};
 use iceberg_support::*;
 use weir_test_support::moto::MotoServer;
@@ -61,36 +59,8 @@ fn upsert_tables_on_s3_are_read_through_s3_by_duckdb_and_pyiceberg() {
     let lake = Lake {
         root: copy.path().to_path_buf(),
     };
-    let mut committed = BTreeMap::new();
-    for table in tables() {
-        let (position, _) = lake
-            .committed(&destination(&table.name), "s3up", &table.name)
-            .unwrap_or_else(|| panic!("{}: nothing committed", table.name));
-        committed.insert(table.name.clone(), position);
-    }
-    let want = upsert_state_at(SEED, CHANGES, &committed);
-
-    let keys = moto.keys(BUCKET, "lake/");
-    for table in tables() {
-        let prefix = format!("lake/{}", destination(&table.name).replace('.', "/"));
-        let metadata = newest_metadata(&keys, &prefix)
-            .unwrap_or_else(|| panic!("{}: no metadata under s3://{BUCKET}/{prefix}", table.name));
-        let columns = column_names(&table, &["change_pos"]);
-        for reader in ["duckdb", "pyiceberg"] {
-            let read = read_through_s3(&moto, reader, BUCKET, &metadata)
-                .unwrap_or_else(|e| panic!("{reader} cannot read s3://{BUCKET}/{metadata}: {e}"));
-            assert_rows(
-                &format!("{reader} through S3, {}", table.name),
-                &want[&table.name],
-                &read.project(&columns),
-            );
-        }
-        println!(
-            "{}: {} rows, equal in DuckDB and pyiceberg through S3",
-            table.name,
-            want[&table.name].len()
-        );
-    }
+    let want = upsert_state_at(SEED, CHANGES, &lake.committed_positions("s3up"));
+    let keys = assert_tables_read_through_s3(&moto, BUCKET, "lake/", &want);
 
     // Done is done: a second run writes no object.
     let out = weir(&["run", file.to_str().unwrap()], &[]);

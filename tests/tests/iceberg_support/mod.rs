@@ -119,6 +119,60 @@ impl Lake {
     }
 }
 
+impl Lake {
+    /// Where each generator table stands in `pipeline`'s Iceberg tables, by
+    /// their snapshots; every table must have a commit.
+    pub fn committed_positions(&self, pipeline: &str) -> BTreeMap<String, Vec<u8>> {
+        common::tables()
+            .into_iter()
+            .map(|table| {
+                let (position, _) = self
+                    .committed(&destination(&table.name), pipeline, &table.name)
+                    .unwrap_or_else(|| panic!("{pipeline}, {}: nothing committed", table.name));
+                (table.name.clone(), position)
+            })
+            .collect()
+    }
+}
+
+/// Reads every generator table's Iceberg table under `s3://<bucket>/
+/// <prefix>` (its newest metadata among the bucket's keys) through S3 with
+/// DuckDB and pyiceberg, and compares each with `want`; returns the keys
+/// listed.
+pub fn assert_tables_read_through_s3(
+    moto: &MotoServer,
+    bucket: &str,
+    prefix: &str,
+    want: &BTreeMap<String, Vec<Row>>,
+) -> BTreeMap<String, String> {
+    let keys = moto.keys(bucket, prefix);
+    for table in common::tables() {
+        let table_prefix = format!("{prefix}{}", destination(&table.name).replace('.', "/"));
+        let metadata = newest_metadata(&keys, &table_prefix).unwrap_or_else(|| {
+            panic!(
+                "{}: no metadata under s3://{bucket}/{table_prefix}",
+                table.name
+            )
+        });
+        let columns = column_names(&table, &["change_pos"]);
+        for reader in ["duckdb", "pyiceberg"] {
+            let read = read_through_s3(moto, reader, bucket, &metadata)
+                .unwrap_or_else(|e| panic!("{reader} cannot read s3://{bucket}/{metadata}: {e}"));
+            assert_rows(
+                &format!("{reader} through S3, {}", table.name),
+                &want[&table.name],
+                &read.project(&columns),
+            );
+        }
+        println!(
+            "{}: {} rows, equal in DuckDB and pyiceberg through S3",
+            table.name,
+            want[&table.name].len()
+        );
+    }
+    keys
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     hex::encode(bytes)
 }
