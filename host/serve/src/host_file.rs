@@ -474,6 +474,16 @@ fn read_token(field: &str, env: Option<&str>, file: Option<PathBuf>) -> Result<S
     Ok(token)
 }
 
+/// A place given as a folder (a path, or a `file://` URL), not a URL of an
+/// object store: its path. Tenant roots and the plugin store are either.
+pub fn local_folder(place: &str) -> Option<PathBuf> {
+    match place.strip_prefix("file://") {
+        Some(path) => Some(PathBuf::from(path)),
+        None if !place.contains("://") => Some(PathBuf::from(place)),
+        None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

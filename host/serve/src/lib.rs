@@ -223,7 +223,7 @@ fn check_apart(
         .cluster
         .as_ref()
         .and_then(|c| c.plugin_store.as_deref())
-        .map(|store| match plugin_store::local_folder(store) {
+        .map(|store| match host_file::local_folder(store) {
             Some(folder) => TenantRoot::Folder(host.resolve(&folder)),
             None => TenantRoot::Objects {
                 url: store.trim_end_matches('/').to_string(),

@@ -5,12 +5,10 @@
 //! API is kept there too, so a pipeline file naming it as `sha256:<digest>`
 //! loads on whichever host the pipeline runs.
 
-use std::path::PathBuf;
-
 use sha2::{Digest, Sha256};
 use weir_runtime::capability::blobstore::{BlobError, BlobLimits, BlobScope};
 
-use crate::host_file::HostConfig;
+use crate::host_file::{HostConfig, local_folder};
 
 /// The largest plugin kept.
 pub const MAX_PLUGIN: u64 = 512 << 20;
@@ -98,14 +96,5 @@ impl PluginStore {
             ));
         }
         Ok(Some(bytes))
-    }
-}
-
-/// A plugin store given as a folder (not a URL): its path.
-pub fn local_folder(store: &str) -> Option<PathBuf> {
-    match store.strip_prefix("file://") {
-        Some(path) => Some(PathBuf::from(path)),
-        None if !store.contains("://") => Some(PathBuf::from(store)),
-        None => None,
     }
 }

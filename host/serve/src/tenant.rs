@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 use weir_contract::grants::Grants;
 
-use super::host_file::{HostConfig, TenantConfig};
+use super::host_file::{HostConfig, TenantConfig, local_folder};
 use weir_runtime::TenantShare;
 use weir_runtime::capability::blobstore::BlobScope;
 use weir_runtime::tenant::TenantBounds;
@@ -247,12 +247,7 @@ pub fn digest(token: &str) -> [u8; 32] {
 /// file's; or a URL, its options' `${VAR}` read from the host's
 /// environment).
 fn open_root(host: &HostConfig, config: &TenantConfig, field: &str) -> Result<TenantRoot, String> {
-    let local = match config.root.strip_prefix("file://") {
-        Some(path) => Some(PathBuf::from(path)),
-        None if !config.root.contains("://") => Some(PathBuf::from(&config.root)),
-        None => None,
-    };
-    if let Some(folder) = local {
+    if let Some(folder) = local_folder(&config.root) {
         if !config.root_options.is_empty() {
             return Err(format!(
                 "{field}.root_options: set, but the root is a folder (options are for a URL)"
