@@ -130,6 +130,13 @@ pub struct BatchConfig {
     /// they never hold back recovery or the source's acknowledgement.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// How often what sinks with `positions` committed is copied into the
+    /// host's position store. They hold their own positions, so the copy is
+    /// for `weir status` and the source's acknowledgement, which waits for
+    /// it; on a cluster each copy is an etcd transaction, kept off the
+    /// commit path this way. 0: with every commit.
+    #[serde(default = "default_record_positioned_ms")]
+    pub record_positioned_ms: u64,
 }
 
 fn default_max_rows() -> usize {
@@ -144,6 +151,9 @@ fn default_linger_ms() -> u64 {
 fn default_heartbeat_ms() -> u64 {
     5_000
 }
+fn default_record_positioned_ms() -> u64 {
+    1_000
+}
 
 impl Default for BatchConfig {
     fn default() -> Self {
@@ -152,6 +162,7 @@ impl Default for BatchConfig {
             max_bytes: default_max_bytes(),
             linger_ms: default_linger_ms(),
             heartbeat_ms: default_heartbeat_ms(),
+            record_positioned_ms: default_record_positioned_ms(),
         }
     }
 }
@@ -162,6 +173,10 @@ impl BatchConfig {
     }
     pub fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.heartbeat_ms)
+    }
+    /// None: positioned sinks' commits are recorded one by one.
+    pub fn record_positioned(&self) -> Option<Duration> {
+        (self.record_positioned_ms > 0).then(|| Duration::from_millis(self.record_positioned_ms))
     }
 }
 

@@ -126,7 +126,18 @@ pub fn run(
         table_names.clone(),
         sinks.specs.clone(),
     );
-    let mut shell = Shell::new(&config.pipeline, sinks, store, descriptions, metrics);
+    let record_every = config.batch.record_positioned();
+    if record_every.is_some() {
+        core.defer_positioned_records();
+    }
+    let mut shell = Shell::new(
+        &config.pipeline,
+        sinks,
+        store,
+        descriptions,
+        metrics,
+        record_every,
+    );
     core.set_source_head(source.ceiling()?);
     tracing::info!(pipeline = %config.pipeline, epoch, "starting");
 
@@ -176,7 +187,10 @@ pub fn run(
         let done = run.until_done(&mut batcher, config);
         // Whatever happened, the last commit ends before the run does.
         let settled = run.settle();
-        done.and(settled).map(|()| run.read)
+        // A run that ended well leaves the store where the sinks stand.
+        done.and(settled)
+            .and_then(|()| run.record(true))
+            .map(|()| run.read)
     })?;
     let report = RunReport::of(&core, read, resumed_after.as_ref());
     // Shown as the last live status too, so the two never disagree. The
@@ -233,25 +247,47 @@ impl<'scope, 'a> Run<'scope, 'a> {
             .handle
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        let outcome = result.and_then(|()| {
-            if let Some(position) = shell.take_checkpoint() {
-                self.source.acknowledge(&position)?;
-                crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
-            }
-            RunReport::of(core, self.read, self.resumed_after).publish(
-                core,
-                self.tables,
-                self.control,
-                self.source.lag_bytes(),
-                in_flight.read_since,
-            );
-            Ok(())
-        });
         self.parts = Some((core, shell));
-        outcome?;
+        result.and_then(|()| self.acknowledge(in_flight.read_since))?;
         if self.control.swap_waiting() {
             // Its batch committed: the swap costs only its own pause.
             self.swaps(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Tells the source what the last commit or record checkpointed, and
+    /// shows where the run stands.
+    fn acknowledge(&mut self, read_since: Option<Instant>) -> Result<(), RunError> {
+        let (core, shell) = self
+            .parts
+            .as_mut()
+            .expect("the core and shell are back: no commit is in flight");
+        if let Some(position) = shell.take_checkpoint() {
+            self.source.acknowledge(&position)?;
+            crate::failpoint::reached(weir_core::CrashPoint::AfterSourceAck);
+        }
+        RunReport::of(core, self.read, self.resumed_after).publish(
+            core,
+            self.tables,
+            self.control,
+            self.source.lag_bytes(),
+            read_since,
+        );
+        Ok(())
+    }
+
+    /// Writes positioned sinks' deferred records when they are due (or at
+    /// once, `now_anyway`), if no commit is in flight, and acknowledges what
+    /// they let the checkpoint pass.
+    fn record(&mut self, now_anyway: bool) -> Result<(), RunError> {
+        let Some((core, shell)) = self.parts.as_mut() else {
+            return Ok(());
+        };
+        let before = core.checkpoint().cloned();
+        shell.record(core, Instant::now(), now_anyway)?;
+        if core.checkpoint() != before.as_ref() {
+            self.acknowledge(None)?;
         }
         Ok(())
     }
@@ -318,6 +354,8 @@ impl<'scope, 'a> Run<'scope, 'a> {
             if batcher.linger_expired(now) {
                 self.flush(batcher.flush(false))?;
             }
+            // Idle after a burst: the last commits are recorded all the same.
+            self.record(false)?;
             if now.duration_since(last_heartbeat) >= config.batch.heartbeat() {
                 last_heartbeat = now;
                 if batcher.consumed().is_some() {
@@ -372,6 +410,8 @@ impl<'scope, 'a> Run<'scope, 'a> {
         let mut noticed = Instant::now();
         self.flush(batcher.flush(false))?;
         self.settle()?;
+        // Paused or stopped, the store shows where the sinks stand.
+        self.record(true)?;
         let mut paused = false;
         loop {
             if self.control.stopping() {

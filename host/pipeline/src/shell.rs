@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use weir_core::commit::{commit_batch, recover_all};
+use weir_core::commit::{commit_batch, record_deferred, recover_all};
 use weir_core::{
     CrashPoint, Effects, ExecError, Failure, FailureKind, Record, SinkCall, SinkClaim, SinkId,
 };
@@ -38,6 +38,10 @@ pub(super) struct Shell {
     checkpoint: Option<Position>,
     /// True while recovering: store writes then are repairs, worth a warning.
     recovering: bool,
+    /// How often positioned sinks' deferred records are written, when
+    /// they are deferred, and when they last were.
+    record_every: Option<Duration>,
+    last_record: Instant,
     metrics: PipelineMetrics,
     sink_metrics: Vec<SinkMetrics>,
 }
@@ -49,6 +53,7 @@ impl Shell {
         store: Box<dyn PositionStore>,
         descriptions: HashMap<String, Arc<TableDescription>>,
         metrics: PipelineMetrics,
+        record_every: Option<Duration>,
     ) -> Self {
         Shell {
             sink_metrics: sinks.specs.iter().map(|s| metrics.sink(&s.name)).collect(),
@@ -63,6 +68,8 @@ impl Shell {
             encoded: HashMap::new(),
             checkpoint: None,
             recovering: false,
+            record_every,
+            last_record: Instant::now(),
         }
     }
 
@@ -110,6 +117,28 @@ impl Shell {
             self.metrics.rows_in(&table, rows);
             self.metrics
                 .commit_seconds(&table, started.elapsed().as_secs_f64());
+        }
+        self.record(core, Instant::now(), false)
+    }
+
+    /// Writes what positioned sinks committed and the store lacks, when
+    /// records are deferred and `now` is a record interval after the last
+    /// one, or at once when `now_anyway` (a pause, a stop, the run's end).
+    /// Only between commits.
+    pub(super) fn record(
+        &mut self,
+        core: &mut Core,
+        now: Instant,
+        now_anyway: bool,
+    ) -> Result<(), RunError> {
+        let Some(every) = self.record_every else {
+            return Ok(());
+        };
+        if !now_anyway && now.duration_since(self.last_record) < every {
+            return Ok(());
+        }
+        if record_deferred(core, self).map_err(run_error)? {
+            self.last_record = now;
         }
         Ok(())
     }

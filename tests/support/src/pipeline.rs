@@ -44,6 +44,8 @@ struct Batch {
     linger_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     heartbeat_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record_positioned_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -160,6 +162,13 @@ impl PipelineBuilder {
     /// How often idle tables advance.
     pub fn heartbeat_ms(mut self, heartbeat_ms: u64) -> Self {
         self.batch.heartbeat_ms = Some(heartbeat_ms);
+        self
+    }
+
+    /// How often positioned sinks' commits are recorded in the host's
+    /// store (0: with every commit).
+    pub fn record_positioned_ms(mut self, record_positioned_ms: u64) -> Self {
+        self.batch.record_positioned_ms = Some(record_positioned_ms);
         self
     }
 

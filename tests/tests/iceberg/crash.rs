@@ -224,7 +224,7 @@ fn losing_the_host_store_keeps_iceberg_tables_exact() {
         .heartbeat_ms(500)
         .metadata("pos", "change_pos")
         .write_in(dir.path());
-    run_killed_at(&pipeline, "after-store-write@12");
+    run_killed_at(&pipeline, "after-sink-commit@12");
     assert_exact(&lake, "lost", seed, changes, false, "after the kill");
     let before = committed(&lake, "lost");
     assert!(

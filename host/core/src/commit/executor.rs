@@ -168,6 +168,33 @@ pub fn commit_batch<E: Effects>(
     execute(core, actions, table, effects)
 }
 
+/// Writes what positioned sinks committed and the store lacks (with
+/// [`Core::defer_positioned_records`]) in one transaction, then moves the
+/// checkpoint as far as the records allow. Returns whether it wrote
+/// anything. Only between batches.
+pub fn record_deferred<E: Effects>(
+    core: &mut Core,
+    effects: &mut E,
+) -> Result<bool, ExecError<E::Error>> {
+    let records = core.unrecorded();
+    if records.is_empty() {
+        return Ok(false);
+    }
+    effects.record(&records).map_err(ExecError::Effect)?;
+    effects
+        .reached(CrashPoint::AfterStoreWrite)
+        .map_err(ExecError::Effect)?;
+    for action in core.record_deferred(&records) {
+        match action {
+            Action::Checkpoint { position } => {
+                effects.checkpoint(&position).map_err(ExecError::Effect)?
+            }
+            other => unreachable!("a deferred record asked for {other:?}"),
+        }
+    }
+    Ok(true)
+}
+
 /// Carries out actions in waves: the sink calls of one wave run side by
 /// side; the store writes of one wave share one transaction, made after
 /// every sink call of the wave has returned.
@@ -226,10 +253,22 @@ fn execute<E: Effects>(
             }
         }
         if !records.is_empty() {
-            effects.record(&records).map_err(ExecError::Effect)?;
+            // A transaction is made anyway: deferred records ride along free.
+            let riders: Vec<Record> = core
+                .unrecorded()
+                .into_iter()
+                .filter(|d| {
+                    !records
+                        .iter()
+                        .any(|r| r.sink == d.sink && r.table == d.table)
+                })
+                .collect();
+            let written = [records.as_slice(), riders.as_slice()].concat();
+            effects.record(&written).map_err(ExecError::Effect)?;
             effects
                 .reached(CrashPoint::AfterStoreWrite)
                 .map_err(ExecError::Effect)?;
+            core.note_recorded(&riders);
             events.extend(records.iter().map(|r| Event::Recorded { sink: r.sink }));
         }
         for event in events {

@@ -20,6 +20,12 @@
 //!    a positioned sink has seen; sinks' claims (positions past the
 //!    source's ceiling, epochs past [`MAX_EPOCH`]) are refused, not believed.
 //! 8. The commit policy is evaluated before any checkpoint moves.
+//!
+//! A positioned sink's commits may be recorded in the store later than they
+//! happen ([`Core::defer_positioned_records`]): the sink is its own record,
+//! so a store behind it is the state a crash after its commit leaves
+//! anyway, and recovery repairs it. The checkpoint waits for the record, so
+//! the store never stands behind what the source was told to release.
 
 mod executor;
 mod messages;
@@ -33,7 +39,9 @@ pub use messages::{
     Origin, Record, Resume, SinkCall, SinkClaim, SinkId, SinkSpec, Stop,
 };
 
-pub use executor::{CrashPoint, Effects, ExecError, commit_batch, recover as recover_all};
+pub use executor::{
+    CrashPoint, Effects, ExecError, commit_batch, record_deferred, recover as recover_all,
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Step {
@@ -55,6 +63,9 @@ struct InFlight {
 struct SinkSlot {
     spec: SinkSpec,
     committed: BTreeMap<String, (Position, Origin)>,
+    /// Tables whose newest commit the store lacks (deferred records), with
+    /// the position the store holds for them.
+    unrecorded: BTreeMap<String, Option<Position>>,
     disabled: Option<String>,
 }
 
@@ -74,6 +85,9 @@ pub struct Core {
     newest_claimed_epoch: Option<(u64, SinkId, String)>,
     /// The furthest position the source can have produced, when it knows.
     source_head: Option<Position>,
+    /// Whether positioned sinks' commits wait for [`Core::record_deferred`]
+    /// instead of being recorded one by one.
+    defer_positioned: bool,
 }
 
 impl Core {
@@ -94,6 +108,7 @@ impl Core {
                 .map(|spec| SinkSlot {
                     spec,
                     committed: BTreeMap::new(),
+                    unrecorded: BTreeMap::new(),
                     disabled: None,
                 })
                 .collect(),
@@ -102,6 +117,59 @@ impl Core {
             batches_committed: 0,
             newest_claimed_epoch: None,
             source_head: None,
+            defer_positioned: false,
+        }
+    }
+
+    /// From here on, a positioned sink's commit finishes its batch without
+    /// a store write: [`Core::unrecorded`] gathers what the store lacks, to
+    /// be written in one transaction when the caller chooses (a cluster's
+    /// store is a round trip to etcd, which would otherwise bound every
+    /// commit). Until then the checkpoint stays where the store stands.
+    pub fn defer_positioned_records(&mut self) {
+        self.defer_positioned = true;
+    }
+
+    /// The positions positioned sinks committed in this run that the store
+    /// does not hold yet, one record per sink and table.
+    pub fn unrecorded(&self) -> Vec<Record> {
+        self.sinks
+            .iter()
+            .enumerate()
+            .flat_map(|(sink, slot)| {
+                slot.unrecorded.keys().map(move |table| Record {
+                    sink,
+                    table: table.clone(),
+                    position: slot.committed.get(table).map(|(p, _)| p.clone()),
+                })
+            })
+            .collect()
+    }
+
+    /// The store now holds `records` (taken from [`Core::unrecorded`]);
+    /// returns the checkpoint that may move with them.
+    ///
+    /// Panics while a batch is in flight: records are made between batches.
+    pub fn record_deferred(&mut self, records: &[Record]) -> Vec<Action> {
+        assert!(
+            self.in_flight.is_none(),
+            "deferred records are written between batches"
+        );
+        self.note_recorded(records);
+        self.move_checkpoint()
+    }
+
+    /// The store now holds `records`, written along with a batch's own
+    /// records; the checkpoint moves when that batch settles.
+    pub fn note_recorded(&mut self, records: &[Record]) {
+        for record in records {
+            let slot = &mut self.sinks[record.sink];
+            let now = slot.committed.get(&record.table).map(|(p, _)| p);
+            if now == record.position.as_ref() {
+                slot.unrecorded.remove(&record.table);
+            } else if let Some(stored) = slot.unrecorded.get_mut(&record.table) {
+                *stored = record.position.clone();
+            }
         }
     }
 
@@ -442,17 +510,27 @@ impl Core {
                 }));
             }
             Event::Committed { sink } => {
-                advance(&mut flight.steps, sink, Step::Committing, Step::Recording);
                 // The sink has it durably: from here on a replay must skip it,
                 // whether or not the store write below survives a crash.
-                self.sinks[sink]
+                let slot = &mut self.sinks[sink];
+                let before = slot
                     .committed
                     .insert(flight.table.clone(), (flight.high.clone(), Origin::ThisRun));
-                actions.push(Action::Record(Record {
-                    sink,
-                    table: flight.table.clone(),
-                    position: Some(flight.high.clone()),
-                }));
+                if self.defer_positioned && slot.spec.positioned {
+                    advance(&mut flight.steps, sink, Step::Committing, Step::Done);
+                    // What the store holds stays the oldest unrecorded
+                    // commit's predecessor until a record is made.
+                    slot.unrecorded
+                        .entry(flight.table.clone())
+                        .or_insert_with(|| before.map(|(p, _)| p));
+                } else {
+                    advance(&mut flight.steps, sink, Step::Committing, Step::Recording);
+                    actions.push(Action::Record(Record {
+                        sink,
+                        table: flight.table.clone(),
+                        position: Some(flight.high.clone()),
+                    }));
+                }
             }
             Event::Recorded { sink } => {
                 advance(&mut flight.steps, sink, Step::Recording, Step::Done);
@@ -493,6 +571,12 @@ impl Core {
         }
         self.in_flight = None;
         self.batches_committed += 1;
+        self.move_checkpoint()
+    }
+
+    /// Moves the checkpoint to where the policy's sinks stand, recorded,
+    /// if that is further than it was.
+    fn move_checkpoint(&mut self) -> Vec<Action> {
         match self.policy_position() {
             Some(p) if self.checkpoint.as_ref().is_none_or(|c| p > *c) => {
                 self.checkpoint = Some(p.clone());
@@ -502,13 +586,13 @@ impl Core {
         }
     }
 
-    /// The position up to which the policy's sinks have all committed, over
-    /// every table.
+    /// The position up to which the policy's sinks have all committed, and
+    /// the store recorded, over every table.
     fn policy_position(&self) -> Option<Position> {
         let per_sink: Vec<(bool, Option<Position>)> = self
             .sinks
             .iter()
-            .map(|slot| (slot.spec.required, slot.lowest(&self.tables)))
+            .map(|slot| (slot.spec.required, slot.lowest_recorded(&self.tables)))
             .collect();
         match self.policy {
             CommitPolicy::Required => {
@@ -563,6 +647,20 @@ impl SinkSlot {
         for table in tables {
             let (p, _) = self.committed.get(table)?;
             lowest = min_position(lowest, p.clone());
+        }
+        lowest
+    }
+
+    /// Like [`SinkSlot::lowest`], counting for each table only what the
+    /// store holds as well.
+    fn lowest_recorded(&self, tables: &[String]) -> Option<Position> {
+        let mut lowest = None;
+        for table in tables {
+            let position = match self.unrecorded.get(table) {
+                Some(stored) => stored.clone()?,
+                None => self.committed.get(table)?.0.clone(),
+            };
+            lowest = min_position(lowest, position);
         }
         lowest
     }

@@ -251,6 +251,11 @@ impl Effects for Sim<'_> {
                 durable.is_some_and(|(p, _)| p >= position),
                 "checkpoint {position} passed what the required sink holds for {t}"
             );
+            let stored = self.world.store.get(&(POSITIONED, t.to_string()));
+            assert!(
+                stored.is_some_and(|p| p >= position),
+                "checkpoint {position} passed what the store holds for the positioned sink in {t}"
+            );
         }
         self.world.acknowledged.push(position.clone());
         Ok(())
@@ -285,8 +290,25 @@ fn run(
     flush_every: usize,
     crash_at: Option<usize>,
 ) -> (RunEnd, Vec<&'static str>) {
+    run_recording(world, flush_every, crash_at, None, true)
+}
+
+/// [`run`], with the positioned sink's records deferred and written every
+/// `record_every` committed batches (and once at the end) when given, and
+/// without the plain sink unless `plain`.
+fn run_recording(
+    world: &mut World,
+    flush_every: usize,
+    crash_at: Option<usize>,
+    record_every: Option<usize>,
+    plain: bool,
+) -> (RunEnd, Vec<&'static str>) {
     world.epoch += 1;
-    let mut core = new_core(world.epoch, CommitPolicy::Required, specs());
+    let sinks = specs().into_iter().filter(|s| plain || s.positioned);
+    let mut core = new_core(world.epoch, CommitPolicy::Required, sinks.collect());
+    if record_every.is_some() {
+        core.defer_positioned_records();
+    }
     let mut sim = Sim::new(world, crash_at);
     let tables: Vec<String> = TABLES.iter().map(|t| t.to_string()).collect();
     let resume = match recover_all(&mut core, &tables, &[], &mut sim) {
@@ -306,6 +328,7 @@ fn run(
         })
         .filter(|tx| !tx.is_empty())
         .collect();
+    let mut batches = 0;
     for chunk in txs.chunks(flush_every) {
         let high = chunk.last().unwrap().last().unwrap().pos.clone();
         for table in TABLES {
@@ -321,7 +344,18 @@ fn run(
                 Err(ExecError::Effect(Crashed)) => return (RunEnd::Crashed, sim.kinds),
                 Err(e) => panic!("no sink fails here: {e:?}"),
             }
+            batches += 1;
+            if record_every.is_some_and(|every| batches % every == 0)
+                && let Err(ExecError::Effect(Crashed)) = record_deferred(&mut core, &mut sim)
+            {
+                return (RunEnd::Crashed, sim.kinds);
+            }
         }
+    }
+    if record_every.is_some()
+        && let Err(ExecError::Effect(Crashed)) = record_deferred(&mut core, &mut sim)
+    {
+        return (RunEnd::Crashed, sim.kinds);
     }
     (RunEnd::Finished, sim.kinds)
 }
@@ -366,6 +400,10 @@ fn verify(world: &World) -> Verdict {
             Some(source().last().unwrap().last().unwrap().pos.clone())
         );
 
+        if world.plain.is_empty() {
+            // A pipeline of the positioned sink alone.
+            continue;
+        }
         let plain = world.plain.get(table).cloned().unwrap_or_default();
         assert_eq!(reduce(&plain), expected[table], "plain sink, table {table}");
         let unique: BTreeSet<_> = plain.iter().map(|c| c.pos.clone()).collect();
@@ -434,6 +472,95 @@ fn crash_before_every_step_loses_nothing_and_duplicates_only_in_the_plain_sink()
             );
         }
     }
+}
+
+#[test]
+fn deferred_records_survive_a_crash_before_every_step_and_leave_the_store_whole() {
+    let shapes = [(1, 3, true), (3, 2, true), (1, 3, false), (2, 100, false)];
+    for (flush_every, record_every, plain) in shapes {
+        let steps = |world: &mut World, crash_at, record_every| {
+            run_recording(world, flush_every, crash_at, record_every, plain)
+        };
+        let (end, clean) = steps(&mut World::default(), None, Some(record_every));
+        assert!(matches!(end, RunEnd::Finished));
+        let (_, per_commit) = steps(&mut World::default(), None, None);
+        let records = |kinds: &[&str]| kinds.iter().filter(|k| **k == "record").count();
+        // With the plain sink its records are made each commit and the
+        // deferred ones ride along; alone, the positioned sink's records
+        // are made every `record_every` batches.
+        assert!(
+            records(&clean) <= records(&per_commit)
+                && (plain || records(&clean) < records(&per_commit)),
+            "deferring made {} store writes, recording each commit {}",
+            records(&clean),
+            records(&per_commit)
+        );
+        let mut crash_kinds = BTreeSet::new();
+        for (crash_at, kind) in clean.iter().enumerate() {
+            let mut world = World::default();
+            let (end, taken) = steps(&mut world, Some(crash_at), Some(record_every));
+            assert!(matches!(end, RunEnd::Crashed));
+            assert_eq!(taken, clean[..crash_at]);
+            crash_kinds.insert(*kind);
+            // The next run defers again, or records each commit (the
+            // pipeline file's choice may change between runs).
+            let next = (crash_at % 2 == 0).then_some(record_every);
+            assert!(matches!(steps(&mut world, None, next).0, RunEnd::Finished));
+            verify(&world);
+            // After a run that ended, the store holds where the sink stands.
+            for table in TABLES {
+                let sink = world.positioned[table].1.as_ref().map(|(p, _)| p);
+                let stored = world.store.get(&(POSITIONED, table.to_string()));
+                assert_eq!(stored, sink, "store of table {table} after the run");
+            }
+        }
+        for kind in ["stage", "commit", "record", "checkpoint"] {
+            assert!(
+                crash_kinds.contains(kind),
+                "no crash landed before a {kind}"
+            );
+        }
+    }
+}
+
+#[test]
+fn with_deferred_records_the_checkpoint_waits_for_the_store() {
+    let mut world = World::default();
+    let mut sim = Sim::new(&mut world, None);
+    sim.strict = false;
+    let mut core = new_core(1, CommitPolicy::Required, vec![specs()[0].clone()]);
+    core.defer_positioned_records();
+    let tables: Vec<String> = TABLES.iter().map(|t| t.to_string()).collect();
+    recover_all(&mut core, &tables, &[], &mut sim).unwrap();
+    for table in TABLES {
+        commit_batch(&mut core, table, tx_pos(1, 0), tx_pos(1, 3), &mut sim).unwrap();
+    }
+    commit_batch(&mut core, TABLES[0], tx_pos(2, 0), tx_pos(2, 1), &mut sim).unwrap();
+    assert!(
+        sim.world.acknowledged.is_empty(),
+        "acknowledged before the record"
+    );
+    assert!(
+        sim.world.store.is_empty(),
+        "recorded before it was asked to"
+    );
+    assert_eq!(core.unrecorded().len(), TABLES.len());
+    assert!(record_deferred(&mut core, &mut sim).unwrap());
+    assert_eq!(sim.kinds.iter().filter(|k| **k == "record").count(), 1);
+    let stored = |table: &str| {
+        sim.world
+            .store
+            .get(&(POSITIONED, table.to_string()))
+            .cloned()
+    };
+    assert_eq!(stored(TABLES[0]), Some(tx_pos(2, 1)));
+    assert_eq!(stored(TABLES[1]), Some(tx_pos(1, 3)));
+    assert_eq!(sim.world.acknowledged, vec![tx_pos(1, 3)]);
+    assert!(core.unrecorded().is_empty());
+    assert!(
+        !record_deferred(&mut core, &mut sim).unwrap(),
+        "nothing left to record"
+    );
 }
 
 #[test]
