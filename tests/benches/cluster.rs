@@ -14,7 +14,7 @@
 //!   end the streams run to their end and each destination is checked
 //!   against the generator's oracle.
 //! - **throughput**: one unpaced pipeline (generator, `WEIR_BENCH_CHANGES`
-//!   changes, default 500000, into the positioned fixture) on a cluster
+//!   changes, default 3000000, into the positioned fixture) on a cluster
 //!   host against a lone `weir serve` (no `cluster:`), alternating, 3 runs
 //!   each; the ratio of the medians. Each run is timed from the first
 //!   status that says "running" to the first that says "finished" (polled
@@ -394,6 +394,51 @@ fn requests_between(
 
 /// One cluster run: its changes per second, batches committed, and the
 /// requests etcd received during it and during an idle window before it.
+/// CPU seconds a process has used so far (user and system, from
+/// /proc/PID/stat, in clock ticks of 1/100 s).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the line, the 12th and 13th after it.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The CPU seconds of every process of the bench: the cluster's hosts,
+/// the lone host, etcd.
+fn cpu_of(cluster: &Cluster, lone: &ServeHost) -> Vec<f64> {
+    let mut pids: Vec<u32> = cluster.hosts.iter().map(|h| h.pid()).collect();
+    pids.push(lone.pid());
+    pids.push(cluster.etcd.pid());
+    pids.into_iter().map(cpu_seconds).collect()
+}
+
+/// The CPU seconds each process used between two [`cpu_of`] readings.
+fn cpu_between(before: &[f64], after: &[f64]) -> Vec<f64> {
+    before.iter().zip(after).map(|(b, a)| a - b).collect()
+}
+
+/// Who used how much CPU, from [`cpu_between`].
+fn cpu_used(cluster: &Cluster, used: &[f64]) -> String {
+    let names = cluster
+        .names
+        .iter()
+        .map(String::as_str)
+        .chain(["lone", "etcd"]);
+    names
+        .zip(used)
+        .map(|(name, used)| format!("{name} {used:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 struct ClusterRun {
     rate: f64,
     batches: u64,
@@ -476,19 +521,36 @@ fn throughput_and_requests(
     let tag = record_ms.map_or("d".to_string(), |ms| ms.to_string());
     let mut on_cluster = Vec::new();
     let mut alone = Vec::new();
+    let (mut cpu_on_cluster, mut cpu_alone, mut cpu_of_etcd) = (Vec::new(), Vec::new(), Vec::new());
     let mut runs = Vec::new();
     for round in 0..ROUNDS {
         let name = format!("cluster-{tag}-{round}");
+        let cpu = cpu_of(cluster, lone);
         let run = cluster_run(cluster, &name, SEED, changes, record_ms);
+        let used = cpu_between(&cpu, &cpu_of(cluster, lone));
         println!(
-            "{name}: {changes} changes in {:.2} s = {:.0} changes/s, {} batches",
-            run.seconds, run.rate, run.batches
+            "{name}: {changes} changes in {:.2} s = {:.0} changes/s, {} batches; CPU s from \
+             its deployment to its deletion (with a 5 s idle window): {}",
+            run.seconds,
+            run.rate,
+            run.batches,
+            cpu_used(cluster, &used)
         );
+        // The owner is the host that used the most; etcd works for it.
+        let owner = used[..HOSTS].iter().copied().fold(0.0, f64::max);
+        cpu_on_cluster.push(owner);
+        cpu_of_etcd.push(used[HOSTS + 1]);
         on_cluster.push(run.rate);
         runs.push(run);
         let name = format!("lone-{tag}-{round}");
+        let cpu = cpu_of(cluster, lone);
         let rate = lone_run(lone, &name, SEED, changes, record_ms);
-        println!("{name}: {rate:.0} changes/s");
+        let used = cpu_between(&cpu, &cpu_of(cluster, lone));
+        println!(
+            "{name}: {rate:.0} changes/s; CPU s: {}",
+            cpu_used(cluster, &used)
+        );
+        cpu_alone.push(used[HOSTS]);
         alone.push(rate);
     }
     let (clustered, alone) = (median(on_cluster), median(alone));
@@ -496,6 +558,17 @@ fn throughput_and_requests(
         "throughput, median of {ROUNDS}: {clustered:.0} changes/s on a cluster host, {alone:.0} \
          changes/s on a lone host: ratio {:.3} (target at least 0.9)",
         clustered / alone
+    );
+    let (cpu_clustered, cpu_alone, cpu_etcd) = (
+        median(cpu_on_cluster),
+        median(cpu_alone),
+        median(cpu_of_etcd),
+    );
+    println!(
+        "  CPU of the host that ran it, median: {cpu_clustered:.2} s on a cluster host (etcd \
+         {cpu_etcd:.2} s beside it), {cpu_alone:.2} s on a lone host: the lone host's CPU over \
+         the cluster host's {:.3} (the cluster host's includes its claim and recovery)",
+        cpu_alone / cpu_clustered
     );
     let batches_per_run = runs.iter().map(|r| r.batches).sum::<u64>() as f64 / runs.len() as f64;
     println!(
@@ -555,7 +628,7 @@ fn main() {
     // temporary folder after this (hosts' state, etcd's data) lands there.
     unsafe { std::env::set_var("TMPDIR", &scratch) };
     let kills = env_or("WEIR_BENCH_KILLS", 8);
-    let changes = env_or("WEIR_BENCH_CHANGES", 500_000);
+    let changes = env_or("WEIR_BENCH_CHANGES", 3_000_000);
     let shared = tempfile::tempdir().expect("a shared folder");
     let etcd = Etcd::start();
     let names: Vec<String> = (0..HOSTS).map(|n| format!("host-{n}")).collect();
