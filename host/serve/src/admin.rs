@@ -300,7 +300,7 @@ async fn from_owner(
     server: &Server,
     slot: &Slot,
     local: bool,
-    method: Method,
+    (method, body): (Method, Bytes),
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Option<Response> {
@@ -317,7 +317,8 @@ async fn from_owner(
         }
     };
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    Some(forward(&owner, session.name(), method, path, headers, &slot.id()).await)
+    let request = (method, path, body);
+    Some(forward(&owner, session.name(), request, headers, &slot.id()).await)
 }
 
 async fn status(
@@ -329,8 +330,8 @@ async fn status(
     headers: HeaderMap,
 ) -> Answer {
     let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
-    if let Some(answer) = from_owner(&server, &slot, view.local, Method::GET, &uri, &headers).await
-    {
+    let asked = (Method::GET, Bytes::new());
+    if let Some(answer) = from_owner(&server, &slot, view.local, asked, &uri, &headers).await {
         return Ok(answer);
     }
     let (state, reason) = slot.state();
@@ -378,8 +379,8 @@ async fn steer(
 ) -> Answer {
     let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
     // Steering acts where the pipeline runs.
-    if let Some(answer) = from_owner(&server, &slot, view.local, Method::POST, &uri, &headers).await
-    {
+    let asked = (Method::POST, Bytes::new());
+    if let Some(answer) = from_owner(&server, &slot, view.local, asked, &uri, &headers).await {
         return Ok(answer);
     }
     let done = match verb.as_str() {
@@ -414,15 +415,27 @@ async fn steer(
 #[derive(Deserialize)]
 struct Pin {
     sha256: Option<String>,
+    /// Swap on this host even when another runs the pipeline.
+    #[serde(default)]
+    local: bool,
 }
 
+/// A swap acts where the pipeline runs: asked of a host that stands by for
+/// it, it is forwarded, plugin and all, to the owner.
 async fn replace(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline, sink)): Path<(String, String, String)>,
     Query(pin): Query<Pin>,
     Extension(caller): Extension<Caller>,
+    uri: Uri,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
+    let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
+    let asked = (Method::PUT, body.clone());
+    if let Some(answer) = from_owner(&server, &slot, pin.local, asked, &uri, &headers).await {
+        return Ok(answer);
+    }
     let swapped = blocking(move || {
         server.replace(
             &caller,
@@ -441,8 +454,16 @@ async fn replace(
 async fn rollback(
     State(server): State<Arc<Server>>,
     Path((tenant, pipeline, sink)): Path<(String, String, String)>,
+    Query(view): Query<View>,
     Extension(caller): Extension<Caller>,
+    uri: Uri,
+    headers: HeaderMap,
 ) -> Answer {
+    let slot = server.slot(&caller, &tenant, &pipeline).map_err(refusal)?;
+    let asked = (Method::POST, Bytes::new());
+    if let Some(answer) = from_owner(&server, &slot, view.local, asked, &uri, &headers).await {
+        return Ok(answer);
+    }
     let swapped = blocking(move || server.rollback(&caller, &tenant, &pipeline, &sink))
         .await?
         .map_err(refusal)?;

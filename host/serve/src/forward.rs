@@ -1,7 +1,8 @@
 //! In a cluster, a request about a pipeline that another host runs is
 //! answered by that host: this host asks it on the caller's behalf, with the
-//! caller's token, and hands its answer back as it came. Status and the
-//! steering verbs go this way, so `weir ctl` works against any host.
+//! caller's token, and hands its answer back as it came. Status, the
+//! steering verbs, plugin swaps and rollbacks go this way, so `weir ctl`
+//! works against any host.
 //!
 //! A forwarded request carries [`FORWARDED_BY`] and is answered where it
 //! lands, never forwarded again: two hosts that each believe the other runs
@@ -65,17 +66,18 @@ pub async fn owner_elsewhere(session: &Session, id: &PipelineId) -> Result<Optio
         .map(|address| Owner { host, address }))
 }
 
-/// Asks `owner` the same request (`method` on `path`, with the caller's
-/// `Authorization`) and hands back its answer: status, content type and
-/// body. An owner that does not answer in time is a 502 that names it.
+/// Asks `owner` the same request (`method` on `path` with `body`, and the
+/// caller's `Authorization`) and hands back its answer: status, content
+/// type and body. An owner that does not answer in time is a 502 that
+/// names it. The body was already bounded by the route that took it.
 pub async fn forward(
     owner: &Owner,
     me: &str,
-    method: Method,
-    path: &str,
+    request: (Method, &str, Bytes),
     headers: &HeaderMap,
     what: &str,
 ) -> Response {
+    let (method, path, body) = request;
     let ask = async {
         let stream = tokio::net::TcpStream::connect(owner.address.as_str()).await?;
         let (mut sender, connection) =
@@ -90,9 +92,7 @@ pub async fn forward(
         if let Some(token) = headers.get(header::AUTHORIZATION) {
             request = request.header(header::AUTHORIZATION, token);
         }
-        let answer = sender
-            .send_request(request.body(Full::new(Bytes::new()))?)
-            .await?;
+        let answer = sender.send_request(request.body(Full::new(body))?).await?;
         let (parts, body) = answer.into_parts();
         let body = Limited::new(body, MAX_ANSWER).collect().await?.to_bytes();
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>((parts, body))

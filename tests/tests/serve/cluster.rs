@@ -77,6 +77,29 @@ fn a_killed_hosts_pipelines_run_elsewhere_and_end_exact() {
     let resumed = asked.resume(T, "p0", token);
     assert_eq!(resumed.code, 200, "resume through another host: {resumed}");
     on_owner.wait_for_state(T, "p0", "running", Duration::from_secs(30));
+    // A plugin swap sent to the third host, plugin and all, swaps the
+    // owner's run; a rollback sent there rolls it back.
+    let honest = std::fs::read(common::plugin("weir-fixture-positioned")).unwrap();
+    let variant = with_custom_section(&honest, "weir-test-swap", b"forwarded");
+    let swapped = asked.replace_plugin(T, "p0", SINK, &variant, None, token);
+    assert_eq!(swapped.code, 200, "swap through another host: {swapped}");
+    assert_eq!(swapped.json()["sha256"], sha256_hex(&variant), "{swapped}");
+    let on_owner_now = on_owner.status(T, "p0", on_owner.operator_token());
+    assert_eq!(
+        on_owner_now["plugins"][SINK]["sha256"],
+        sha256_hex(&variant),
+        "the swap did not reach p0's owner: {on_owner_now}"
+    );
+    let own_view = asked.status(T, "p0", token);
+    assert_ne!(
+        own_view["plugins"][SINK]["sha256"],
+        sha256_hex(&variant),
+        "the swap acted on the host asked: {own_view}"
+    );
+    let rolled = asked.rollback(T, "p0", SINK, token);
+    assert_eq!(rolled.code, 200, "rollback through another host: {rolled}");
+    assert_eq!(rolled.json()["sha256"], sha256_hex(&honest), "{rolled}");
+    on_owner.wait_for_state(T, "p0", "running", Duration::from_secs(30));
 
     let survivor = (0..3).find(|h| *h != victim).expect("a survivor");
     cluster.finish_exact(survivor, &pipelines);
