@@ -170,10 +170,15 @@ impl GeneratorPipeline<'_> {
         let dir = &self.destinations.dir;
         // Paced, and batches that linger, so a backlog lasts a second or
         // two and commits a few times per table: kills land inside it.
+        // Positioned sinks' commits recorded in the host's store at each
+        // commit, or deferred by a few commits: both are crashed into (the
+        // default second would leave `after-store-write` to one pass a run).
+        let record_ms = [0, 150, 400][max_rows % 3];
         let mut builder = common::workload(self.stream_seed, max_changes, max_rows)
             .name("matrix")
             .pace_us(1_000)
-            .linger_ms(100);
+            .linger_ms(100)
+            .record_positioned_ms(record_ms);
         for &kind in &self.destinations.sinks {
             builder = builder.sink(match kind {
                 SinkKind::Positioned => {
