@@ -3,7 +3,7 @@
 //! shared); it prints, with the targets beside them:
 //!
 //! - **failover**: three hosts with a 10 s lease and the default placement
-//!   delay (5 s) run six paced pipelines; the host holding the most is
+//!   delay (3 s) run six paced pipelines; the host holding the most is
 //!   killed (SIGKILL) `WEIR_BENCH_KILLS` times (default 8), started again
 //!   with the same name once its pipelines moved. For each pipeline it
 //!   held: the time from the SIGKILL to the first commit object the
