@@ -150,6 +150,30 @@ impl TableCommit<'_> {
             ));
             return Ok(base);
         }
+        if has_rows && let Some(last) = &last {
+            let low = self.staged.iter().map(|b| b.low.as_slice()).min();
+            if low.is_some_and(|low| last.position.as_slice() >= low) {
+                // Part of the staged changes is in the table: another host
+                // of this pipeline committed them after this one read where
+                // the table stood (a commit frozen until the pipeline
+                // moved). Writing them again would hold them twice.
+                return Err((
+                    SinkError::Fatal(format!(
+                        "table {}: Iceberg table {} stands at position {} (epoch {}), inside \
+                         the staged changes (from {}): another host of pipeline {} committed \
+                         part of them after this host read the table; restart the pipeline to \
+                         recover from the table",
+                        self.name(),
+                        self.path,
+                        hex::encode(&last.position),
+                        last.epoch,
+                        hex::encode(low.unwrap_or_default()),
+                        self.settings.pipeline
+                    )),
+                    true,
+                ));
+            }
+        }
 
         // The schema the files are written with: the table's, grown to hold
         // every staged batch.

@@ -80,10 +80,15 @@ fn write(sink: &mut NativeSink<IcebergSink>, t: &Table, rb: &RecordBatch) -> Res
             hex::encode(positions.value(n - 1))
         ),
     };
+    // As the host cuts them: the batch starts at its first change.
+    let low = match positions.len() {
+        0 => vec![0],
+        _ => positions.value(0).to_vec(),
+    };
     let meta = BatchMeta {
         table: t.clone(),
         id,
-        low: vec![0],
+        low,
         high: vec![1],
         rows: rb.num_rows() as u32,
     };
@@ -385,6 +390,22 @@ fn a_host_that_falls_behind_a_same_pipeline_commit_stops_instead_of_duplicating(
     .unwrap();
     let e = b.commit(request(3, 2)).unwrap_err();
     assert!(matches!(e, SinkError::Fatal(_)), "{e}");
+    assert_eq!(records(), "2");
+    // So does a host that reads the table only when it commits (it lost
+    // its copy, or never had one): its batch starts inside what the table
+    // holds.
+    let mut d = sink(&dir);
+    write(
+        &mut d,
+        &t,
+        &rows(&[(2, "insert", Some("b")), (3, "insert", Some("c"))], 2),
+    )
+    .unwrap();
+    let e = d.commit(request(3, 2)).unwrap_err();
+    assert!(
+        matches!(&e, SinkError::Fatal(m) if m.contains("inside the staged changes")),
+        "{e}"
+    );
     assert_eq!(records(), "2");
     // A batch the table already holds whole (a commit whose answer was
     // lost, then sent again) is committed, and nothing is written twice.
