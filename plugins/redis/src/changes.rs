@@ -76,11 +76,26 @@ pub struct Staged {
     by_key: HashMap<Vec<u8>, usize>,
     /// Sum of [`Change::size`] over `changes`.
     bytes: usize,
+    /// The position of the first change staged (the lowest `low` of the
+    /// batches that brought changes).
+    low: Option<Vec<u8>>,
 }
 
 impl Staged {
     pub fn changes(&self) -> &[Change] {
         &self.changes
+    }
+
+    /// The position of the first change staged, if any was.
+    pub fn low(&self) -> Option<&[u8]> {
+        self.low.as_deref()
+    }
+
+    /// A batch whose first change is at `low` brought changes.
+    pub fn starts_at(&mut self, low: &[u8]) {
+        if self.low.as_deref().is_none_or(|l| low < l) {
+            self.low = Some(low.to_vec());
+        }
     }
 
     /// Adds a batch's changes, all or none. `limit` bounds the staged bytes;

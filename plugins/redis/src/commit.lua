@@ -5,12 +5,15 @@
 -- KEYS[2..] the data keys the changes touch
 -- ARGV[1]   the commit's epoch, decimal without leading zeros
 -- ARGV[2]   the commit's position, lowercase hex
--- ARGV[3]   how many changes follow; each is
+-- ARGV[3]   the position of the first change staged, lowercase hex; empty
+--           when no change is
+-- ARGV[4]   how many changes follow; each is
 --           kind ("hash" | "del" | "xadd"), index into KEYS, field count n,
 --           then n field/value pairs
 --
 -- Replies: {"applied"}, {"replayed", stored position}, {"fenced", stored
--- epoch}, {"wrongtype", key, its type}, {"corrupt", key}.
+-- epoch}, {"inside", stored position, first staged position},
+-- {"wrongtype", key, its type}, {"corrupt", key}.
 --
 -- Redis does not undo a script's writes when a command fails half way, so
 -- everything that could fail is checked before the first write.
@@ -60,12 +63,20 @@ if stored_epoch or stored_position then
     end
     return {'replayed', stored_position}
   end
+  -- A stored position at or past the first staged change, short of this
+  -- commit's: another host committed part of these changes after this one
+  -- read where the table stood (a commit frozen until the pipeline moved).
+  -- Applying them again would hold them twice.
+  local low = ARGV[3]
+  if low ~= '' and bytes_le(low, stored_position) then
+    return {'inside', stored_position, low}
+  end
 end
 
 -- Every data key must be free or of the type we write.
-local count = tonumber(ARGV[3])
+local count = tonumber(ARGV[4])
 local wanted = {}
-local at = 4
+local at = 5
 for _ = 1, count do
   local kind, key, fields = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   if kind == 'xadd' then wanted[key] = 'stream' else wanted[key] = 'hash' end
@@ -80,7 +91,7 @@ end
 
 -- Lua's unpack holds a few thousand values: HSET goes in slices.
 local slice = 1000
-at = 4
+at = 5
 for _ = 1, count do
   local kind, key, fields = ARGV[at], KEYS[tonumber(ARGV[at + 1])], tonumber(ARGV[at + 2])
   local first, last = at + 3, at + 2 + 2 * fields

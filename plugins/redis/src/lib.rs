@@ -90,12 +90,15 @@ impl Sink for RedisSink {
     fn write(&mut self, batch: Batch) -> Result<()> {
         let (settings, layout) = opened(&self.settings)?;
         let changes = changes::prepare(&batch, layout)?;
-        self.staged
-            .entry(batch.table.name.clone())
-            .or_default()
-            .add(changes, settings.max_commit_bytes, || {
-                format!("batch {} of table {}", batch.id, batch.table.name)
-            })
+        let brings_changes = !changes.is_empty();
+        let staged = self.staged.entry(batch.table.name.clone()).or_default();
+        staged.add(changes, settings.max_commit_bytes, || {
+            format!("batch {} of table {}", batch.id, batch.table.name)
+        })?;
+        if brings_changes {
+            staged.starts_at(&batch.low);
+        }
+        Ok(())
     }
 
     fn commit(&mut self, request: CommitRequest) -> Result<()> {
@@ -104,8 +107,9 @@ impl Sink for RedisSink {
         let address = &settings.address;
         let control = layout.position_key(&request.pipeline, table);
         let no_changes = Staged::default();
-        let changes = self.staged.get(table).unwrap_or(&no_changes).changes();
-        let packed = commit_command(&control, &request, changes).get_packed_command();
+        let staged = self.staged.get(table).unwrap_or(&no_changes);
+        let changes = staged.changes();
+        let packed = commit_command(&control, &request, staged.low(), changes).get_packed_command();
         match with_link(&mut self.link, settings, |link| {
             run_commit(link, address, &packed)
         })? {
@@ -119,6 +123,15 @@ impl Sink for RedisSink {
                  applied again",
                 hex::encode(&request.high)
             )),
+            Reply::Inside { stored, low } => {
+                return Err(SinkError::Fatal(format!(
+                    "table {table}: pipeline {} stands at position {stored} in Redis at \
+                     {address}, inside the staged changes (from {low}): another host committed \
+                     part of them after this one read where the table stood; restart the \
+                     pipeline to recover from Redis",
+                    request.pipeline
+                )));
+            }
             Reply::Fenced { stored_epoch } => {
                 return Err(SinkError::Fenced(format!(
                     "table {table}: pipeline {} already committed with epoch {stored_epoch} in \
@@ -244,7 +257,12 @@ fn load_script(link: &mut Link, address: &str) -> Result<()> {
 }
 
 /// `EVALSHA` of the commit script for one table's commit.
-fn commit_command(control: &[u8], request: &CommitRequest, changes: &[Change]) -> redis::Cmd {
+fn commit_command(
+    control: &[u8],
+    request: &CommitRequest,
+    low: Option<&[u8]>,
+    changes: &[Change],
+) -> redis::Cmd {
     // KEYS[1] is the position hash; each data key gets the next index once.
     let mut key_index: HashMap<&[u8], usize> = HashMap::new();
     let mut keys: Vec<&[u8]> = vec![control];
@@ -261,6 +279,7 @@ fn commit_command(control: &[u8], request: &CommitRequest, changes: &[Change]) -
     }
     cmd.arg(request.epoch.to_string())
         .arg(hex::encode(&request.high))
+        .arg(low.map(hex::encode).unwrap_or_default())
         .arg(changes.len());
     for change in changes {
         let kind = match change {
@@ -287,6 +306,9 @@ enum Reply {
     Replayed { stored: String },
     /// A newer epoch committed this table.
     Fenced { stored_epoch: String },
+    /// The stored position lies inside the staged changes; nothing was
+    /// written.
+    Inside { stored: String, low: String },
     /// A key holds a type the sink does not write there; nothing was written.
     WrongType { key: String, found: String },
     /// The position hash does not hold what the sink writes.
@@ -329,6 +351,10 @@ fn run_commit(link: &mut Link, address: &str, packed: &[u8]) -> Result<Reply> {
     Ok(match word(0)?.as_str() {
         "applied" => Reply::Applied,
         "replayed" => Reply::Replayed { stored: word(1)? },
+        "inside" => Reply::Inside {
+            stored: word(1)?,
+            low: word(2)?,
+        },
         "fenced" => Reply::Fenced {
             stored_epoch: word(1)?,
         },

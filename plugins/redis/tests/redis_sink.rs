@@ -309,6 +309,41 @@ fn an_older_epoch_is_fenced_and_leaves_data_untouched() {
     assert_eq!(newer.committed("p1", ORDERS).unwrap(), Some(at(3, 2)));
 }
 
+/// An older host frozen inside a commit wakes after a newer one read where
+/// the table stood and staged the changes after it.
+#[test]
+fn a_commit_landing_inside_the_staged_changes_is_refused_and_writes_nothing() {
+    let server = RedisServer::start();
+    let mut con = server.client();
+    let table = upsert_table(ORDERS, &["id"]);
+    let mut heir = sink(&server);
+    let mut zombie = sink(&server);
+    let both = orders(&[1, 2], &[Some("a"), Some("b")], &["insert", "insert"]);
+    write_from(&mut zombie, &table, "z", &both, &[1]).unwrap();
+    let all = orders(
+        &[1, 2, 3],
+        &[Some("a"), Some("b"), Some("c")],
+        &["insert", "insert", "insert"],
+    );
+    write_from(&mut heir, &table, "h", &all, &[1]).unwrap();
+    commit(&mut zombie, ORDERS, &[2], 1).unwrap();
+    match commit(&mut heir, ORDERS, &[3], 2) {
+        Err(SinkError::Fatal(m)) => assert!(m.contains("inside the staged changes"), "{m}"),
+        other => panic!("expected the commit refused, got {other:?}"),
+    }
+    assert!(hash(&mut con, "weir:public.orders:3").is_empty());
+    assert_eq!(heir.committed("p1", ORDERS).unwrap(), Some(at(2, 1)));
+    // Recovered from where Redis stands, the heir stages what follows.
+    let mut recovered = sink(&server);
+    let rest = orders(&[3], &[Some("c")], &["insert"]);
+    write_from(&mut recovered, &table, "r", &rest, &[3]).unwrap();
+    commit(&mut recovered, ORDERS, &[3], 2).unwrap();
+    assert_eq!(
+        hash(&mut con, "weir:public.orders:3"),
+        map(&[("id", "3"), ("name", "c")])
+    );
+}
+
 #[test]
 fn epochs_compare_exactly_beyond_what_a_lua_number_holds() {
     // 2^53 + 1 and 2^53 are the same Lua (double) number.

@@ -60,16 +60,29 @@ pub fn rows(columns: Vec<(&str, ArrayRef)>, ops: &[&str]) -> RecordBatch {
     RecordBatch::try_from_iter(all).expect("a record batch")
 }
 
+/// Writes `batch` with no `low` (the tests' positions are row numbers, not
+/// the commits'): the sink then cannot tell where its changes start.
 pub fn write(
     sink: &mut NativeSink<RedisSink>,
     table: &Table,
     id: &str,
     batch: &RecordBatch,
 ) -> Result<()> {
+    write_from(sink, table, id, batch, &[])
+}
+
+/// Writes `batch` as a batch whose first change is at `low`.
+pub fn write_from(
+    sink: &mut NativeSink<RedisSink>,
+    table: &Table,
+    id: &str,
+    batch: &RecordBatch,
+    low: &[u8],
+) -> Result<()> {
     let meta = BatchMeta {
         table: table.clone(),
         id: id.into(),
-        low: vec![0],
+        low: low.to_vec(),
         high: vec![0xff],
         rows: batch.num_rows() as u32,
     };
