@@ -164,6 +164,16 @@ pub trait Sink: 'static {
 /// the answer over its own records, so every successful [`Sink::commit`] must
 /// record `request.high` and `request.epoch` in the same atomic step as the
 /// data, also when nothing was staged.
+///
+/// In the same step, compare the table's stored position with the `low` of
+/// the first batch staged since the last commit (the host cuts each batch
+/// after where it last read the table stands). At or past `request.high`:
+/// the table holds the batch already (a commit whose answer was lost, or a
+/// stalled older host's); write nothing and succeed. At or past `low` but
+/// short of `high`: another host committed part of these changes after this
+/// one read the table (a commit frozen inside the sink until the pipeline
+/// moved); return [`SinkError::Fatal`], so the run recovers from the table,
+/// rather than hold those changes twice.
 pub trait Positions: Sink {
     /// Where `table` stands for `pipeline`: the `high` and `epoch` of its last
     /// durable commit, or `None` if nothing was ever committed for it.
