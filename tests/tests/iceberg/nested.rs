@@ -135,7 +135,7 @@ fn commit(sink: &mut NativeSink<IcebergSink>, batches: &[RecordBatch], high: u8)
         let meta = BatchMeta {
             table: table(),
             id: format!("b-{high}-{n}"),
-            low: vec![0],
+            low: vec![high],
             high: vec![high],
             rows: rb.num_rows() as u32,
         };
