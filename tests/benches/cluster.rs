@@ -89,19 +89,15 @@ fn paced(name: &str, seed: u64, changes: u64, pace_us: u64) -> PipelineBuilder {
         .sink(SinkBuilder::new(SINK, plugin("weir-fixture-positioned")).limits(64, 30_000))
 }
 
-/// `record_ms`: the pipeline's `batch.record_positioned_ms` (None: the
-/// default, each commit; 0 too).
-fn unpaced(name: &str, seed: u64, changes: u64, record_ms: Option<u64>) -> PipelineBuilder {
-    let pipeline = PipelineBuilder::generator(seed, changes)
+/// `record_ms`: the pipeline's `batch.record_positioned_ms` (0: each commit).
+fn unpaced(name: &str, seed: u64, changes: u64, record_ms: u64) -> PipelineBuilder {
+    PipelineBuilder::generator(seed, changes)
         .name(name)
         .max_rows(1000)
         .linger_ms(20)
         .heartbeat_ms(200)
-        .sink(SinkBuilder::new(SINK, plugin("weir-fixture-positioned")).limits(128, 30_000));
-    match record_ms {
-        Some(ms) => pipeline.record_positioned_ms(ms),
-        None => pipeline,
-    }
+        .sink(SinkBuilder::new(SINK, plugin("weir-fixture-positioned")).limits(128, 30_000))
+        .record_positioned_ms(record_ms)
 }
 
 /// The cluster: etcd, its hosts, the folder they share.
@@ -452,7 +448,7 @@ fn cluster_run(
     name: &str,
     seed: u64,
     changes: u64,
-    record_ms: Option<u64>,
+    record_ms: u64,
 ) -> ClusterRun {
     let idle_from = cluster.etcd.requests_received();
     std::thread::sleep(IDLE_WINDOW);
@@ -489,7 +485,7 @@ fn cluster_run(
     }
 }
 
-fn lone_run(host: &ServeHost, name: &str, seed: u64, changes: u64, record_ms: Option<u64>) -> f64 {
+fn lone_run(host: &ServeHost, name: &str, seed: u64, changes: u64, record_ms: u64) -> f64 {
     let pipeline = unpaced(name, seed, changes, record_ms);
     let reply = host.deploy(TENANT, &pipeline, host.token(TENANT));
     assert!(reply.is_success(), "creating {name}: {reply}");
@@ -505,20 +501,14 @@ fn lone_run(host: &ServeHost, name: &str, seed: u64, changes: u64, record_ms: Op
 }
 
 /// The throughput runs of one setting of `batch.record_positioned_ms`.
-fn throughput_and_requests(
-    cluster: &Cluster,
-    lone: &ServeHost,
-    changes: u64,
-    record_ms: Option<u64>,
-) {
+fn throughput_and_requests(cluster: &Cluster, lone: &ServeHost, changes: u64, record_ms: u64) {
     const SEED: u64 = 41;
     let setting = match record_ms {
-        None => "positions copied to the store as by default".to_string(),
-        Some(0) => "positions copied to the store at each commit (record_positioned_ms: 0)".into(),
-        Some(ms) => format!("positions copied to the store every {ms} ms"),
+        0 => "positions copied to the store at each commit (record_positioned_ms: 0)".to_string(),
+        ms => format!("positions copied to the store every {ms} ms"),
     };
     println!("{setting}:");
-    let tag = record_ms.map_or("d".to_string(), |ms| ms.to_string());
+    let tag = record_ms.to_string();
     let mut on_cluster = Vec::new();
     let mut alone = Vec::new();
     let (mut cpu_on_cluster, mut cpu_alone, mut cpu_of_etcd) = (Vec::new(), Vec::new(), Vec::new());
@@ -655,6 +645,6 @@ fn main() {
     }
     // Copied once a second first, then each commit recorded (the default:
     // the cost of a store round trip per commit).
-    throughput_and_requests(&cluster, &lone, changes, Some(1_000));
-    throughput_and_requests(&cluster, &lone, changes, Some(0));
+    throughput_and_requests(&cluster, &lone, changes, 1_000);
+    throughput_and_requests(&cluster, &lone, changes, 0);
 }

@@ -284,9 +284,7 @@ impl<'scope, 'a> Run<'scope, 'a> {
         let Some((core, shell)) = self.parts.as_mut() else {
             return Ok(());
         };
-        let before = core.checkpoint().cloned();
-        shell.record(core, Instant::now(), now_anyway)?;
-        if core.checkpoint() != before.as_ref() {
+        if shell.record(core, Instant::now(), now_anyway)? {
             self.acknowledge(None)?;
         }
         Ok(())

@@ -118,29 +118,31 @@ impl Shell {
             self.metrics
                 .commit_seconds(&table, started.elapsed().as_secs_f64());
         }
-        self.record(core, Instant::now(), false)
+        self.record(core, Instant::now(), false).map(drop)
     }
 
     /// Writes what positioned sinks committed and the store lacks, when
     /// records are deferred and `now` is a record interval after the last
     /// one, or at once when `now_anyway` (a pause, a stop, the run's end).
+    /// Returns whether it wrote (only then can the checkpoint have moved).
     /// Only between commits.
     pub(super) fn record(
         &mut self,
         core: &mut Core,
         now: Instant,
         now_anyway: bool,
-    ) -> Result<(), RunError> {
+    ) -> Result<bool, RunError> {
         let Some(every) = self.record_every else {
-            return Ok(());
+            return Ok(false);
         };
         if !now_anyway && now.duration_since(self.last_record) < every {
-            return Ok(());
+            return Ok(false);
         }
-        if record_deferred(core, self).map_err(run_error)? {
+        let wrote = record_deferred(core, self).map_err(run_error)?;
+        if wrote {
             self.last_record = now;
         }
-        Ok(())
+        Ok(wrote)
     }
 
     /// Puts `worker`, a started new version of `sink`'s plugin, in place of
