@@ -349,29 +349,17 @@ impl<'scope, 'a> Run<'scope, 'a> {
                 }
             }
             let now = Instant::now();
-            let heartbeat_due = now.duration_since(last_heartbeat) >= config.batch.heartbeat();
             if batcher.linger_expired(now) {
-                // A flush made anyway carries a heartbeat that is due.
-                self.flush(batcher.flush(heartbeat_due))?;
-                if heartbeat_due {
-                    last_heartbeat = now;
-                }
-            } else if heartbeat_due && self.in_flight.is_none() {
-                // Never while a commit is in flight: the flush would wait
-                // for it, and with commits slower than the heartbeat every
-                // transaction read in between would become a batch of its
-                // own, each as slow to commit (an Iceberg table on a slow
-                // object store fell from hundreds of changes a commit to
-                // one and never recovered). The commit in flight is settled
-                // at the top of the loop once it ends, and a busy run's
-                // linger flush carries the heartbeat.
+                self.flush(batcher.flush(false))?;
+            }
+            // Idle after a burst: the last commits are recorded all the same.
+            self.record(false)?;
+            if now.duration_since(last_heartbeat) >= config.batch.heartbeat() {
                 last_heartbeat = now;
                 if batcher.consumed().is_some() {
                     self.flush(batcher.flush(true))?;
                 }
             }
-            // Idle after a burst: the last commits are recorded all the same.
-            self.record(false)?;
             if !pace.is_zero() {
                 std::thread::sleep(pace);
             }
