@@ -127,7 +127,10 @@ pub struct BatchConfig {
     #[serde(default = "default_linger_ms")]
     pub linger_ms: u64,
     /// How often idle tables are committed at the current position, so that
-    /// they never hold back recovery or the source's acknowledgement.
+    /// they never hold back recovery or the source's acknowledgement. A
+    /// heartbeat due while a commit is in flight rides on the next flush
+    /// made for any reason (a full batch, the linger), or is flushed once
+    /// that commit ends.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
     /// How often what sinks with `positions` committed is copied into the
@@ -135,8 +138,11 @@ pub struct BatchConfig {
     /// for `weir status` and the source's acknowledgement, which waits for
     /// it; on a cluster each copy is an etcd transaction, kept off the
     /// commit path this way. 0 (the default): with every commit. Not the
-    /// default yet: with it an Iceberg pipeline on S3 (moto) in the cluster
-    /// tests ran several times slower, for a reason not found yet.
+    /// default yet: an Iceberg pipeline on S3 (moto) in the cluster tests
+    /// ran several times slower with it; the cause was the run loop's
+    /// heartbeat cutting a batch per transaction once commits outlasted it
+    /// (fixed in stop 47, with deferral or without), and the default moves
+    /// once a full run has been made with it.
     #[serde(default = "default_record_positioned_ms")]
     pub record_positioned_ms: u64,
 }

@@ -349,17 +349,28 @@ impl<'scope, 'a> Run<'scope, 'a> {
                 }
             }
             let now = Instant::now();
+            if now.duration_since(last_heartbeat) >= config.batch.heartbeat() {
+                last_heartbeat = now;
+                batcher.heartbeat_due();
+            }
             if batcher.linger_expired(now) {
+                // Carries a heartbeat that is due.
                 self.flush(batcher.flush(false))?;
+            } else if batcher.is_heartbeat_due() && self.in_flight.is_none() {
+                // Never while a commit is in flight: the flush would wait
+                // for it, and with commits slower than the heartbeat every
+                // transaction read in between would become a batch of its
+                // own, each as slow to commit (an Iceberg table on a slow
+                // object store fell from hundreds of changes a commit to
+                // one and never recovered). The next flush made for any
+                // reason carries the heartbeat (a backfill's batch-sized
+                // pieces flush with a commit always in flight), and once
+                // the commit in flight is settled at the top of the loop,
+                // an idle run's heartbeat is flushed here.
+                self.flush(batcher.flush(true))?;
             }
             // Idle after a burst: the last commits are recorded all the same.
             self.record(false)?;
-            if now.duration_since(last_heartbeat) >= config.batch.heartbeat() {
-                last_heartbeat = now;
-                if batcher.consumed().is_some() {
-                    self.flush(batcher.flush(true))?;
-                }
-            }
             if !pace.is_zero() {
                 std::thread::sleep(pace);
             }

@@ -252,6 +252,53 @@ fn a_sleep_within_the_deadline_is_not_cut() {
 }
 
 #[test]
+fn commits_slower_than_the_heartbeat_do_not_shrink_batches_to_a_transaction_each() {
+    // A paced stream and a sink whose commits (150 ms a table) outlast the
+    // heartbeat and the linger many times over. A flush waits for the
+    // commit in flight, so a heartbeat made while one was in flight was
+    // always overdue again when it returned: every transaction read in
+    // between became a batch of its own (about 600 batches here, a minute
+    // and a half of commits). The heartbeat now waits for the commit in
+    // flight or rides on the next linger flush, so each batch holds what
+    // was read during the commit before it.
+    let dir = tempfile::tempdir().unwrap();
+    let slow = stall("sleep-in-commit", dir.path()).config("sleep_ms", "150");
+    let pipeline = workload(SEED, CHANGES, 1_000)
+        .pace_us(1_000)
+        .linger_ms(100)
+        .heartbeat_ms(50)
+        .sink(sink("exact", "weir-fixture-positioned", dir.path()))
+        .sink(slow)
+        .write_in(dir.path());
+    let finished = run(&pipeline, dir.path());
+    assert_eq!(finished.code, Some(0), "{}", finished.output);
+    let root = sink_root(dir.path(), "exact");
+    assert_positioned_exact(&root, &expected_state(SEED, CHANGES));
+    for table in shop_tables() {
+        let commits = std::fs::read_dir(root.join(&table.name))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "arrow")
+            })
+            .count();
+        println!("{}: {commits} commits", table.name);
+        // Reading takes about 1.5 s at the pace, each commit about 0.45 s
+        // (three tables): a dozen commits, far fewer under load (the
+        // batches grow); one a transaction would be hundreds.
+        assert!(
+            (1..=40).contains(&commits),
+            "{}: {commits} commits for {CHANGES} changes in {:?}",
+            table.name,
+            finished.elapsed
+        );
+    }
+}
+
+#[test]
 fn a_required_sink_sleeping_forever_in_write_stops_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     required_bad_sink_stops_the_pipeline(

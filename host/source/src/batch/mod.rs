@@ -199,6 +199,9 @@ pub struct Batcher {
     bytes: usize,
     oldest: Option<Instant>,
     consumed: Option<Position>,
+    /// A heartbeat is due: the next flush, whatever makes it, also brings
+    /// idle tables to its high.
+    idle_due: bool,
 }
 
 struct TableBuffer {
@@ -244,6 +247,7 @@ impl Batcher {
             bytes: 0,
             oldest: None,
             consumed: None,
+            idle_due: false,
         };
         for table in tables {
             batcher.table_index(&table);
@@ -442,11 +446,26 @@ impl Batcher {
             .is_some_and(|since| now.saturating_duration_since(since) >= self.limits.linger)
     }
 
+    /// Marks a heartbeat due: the next flush, made for whatever reason,
+    /// brings idle tables along as `flush(true)` does. A run whose commits
+    /// are always in flight (a backfill in batch-sized pieces, a slow sink)
+    /// flushes only when a batch fills or lingers, and its idle tables
+    /// advance all the same.
+    pub fn heartbeat_due(&mut self) {
+        self.idle_due = true;
+    }
+
+    /// True while a heartbeat is due and no flush has carried it yet.
+    pub fn is_heartbeat_due(&self) -> bool {
+        self.idle_due
+    }
+
     /// Flush what is buffered: one batch per table with changes. With
-    /// `include_idle`, also an empty batch for every other table not yet at
-    /// this flush's high, so idle tables advance too (heartbeat, end of a
-    /// bounded run). None when there is nothing to flush.
+    /// `include_idle` (or a heartbeat due), also an empty batch for every
+    /// other table not yet at this flush's high, so idle tables advance too
+    /// (heartbeat, end of a bounded run). None when there is nothing to flush.
     pub fn flush(&mut self, include_idle: bool) -> Option<Flush> {
+        let include_idle = include_idle || std::mem::take(&mut self.idle_due);
         let high = self.consumed.clone()?;
         let ingest_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)

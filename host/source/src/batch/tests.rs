@@ -396,6 +396,44 @@ fn idle_tables_get_empty_batches_only_when_asked() {
 }
 
 #[test]
+fn a_heartbeat_due_rides_on_the_next_flush_whatever_makes_it() {
+    // A backfill in batch-sized pieces always has a commit in flight, so
+    // the run never flushes for the heartbeat itself: the flushes the
+    // pieces force must bring the idle tables along, once.
+    let (kv, log) = (kv(), log());
+    let mut batcher = batcher(vec![kv.clone(), log.clone()], 2);
+    batcher
+        .push(tx(vec![put(&kv, Op::Insert, (1, 0), 1, None)]))
+        .unwrap();
+    batcher.heartbeat_due();
+    assert!(batcher.is_heartbeat_due());
+    let forced = batcher
+        .push(tx(vec![put(&kv, Op::Insert, (2, 0), 2, None)]))
+        .unwrap();
+    let [flush] = forced.as_slice() else {
+        panic!("a full batch flushes: {} flushes", forced.len());
+    };
+    let shape: Vec<(&str, usize)> = flush
+        .batches
+        .iter()
+        .map(|b| (b.table.name.as_str(), b.rows()))
+        .collect();
+    assert_eq!(shape, [("t.kv", 2), ("t.log", 0)]);
+    assert!(!batcher.is_heartbeat_due(), "carried once");
+    let forced = batcher
+        .push(tx(vec![
+            put(&kv, Op::Insert, (3, 0), 3, None),
+            put(&kv, Op::Insert, (3, 1), 4, None),
+        ]))
+        .unwrap();
+    let tables: Vec<Vec<&str>> = forced
+        .iter()
+        .map(|f| f.batches.iter().map(|b| b.table.name.as_str()).collect())
+        .collect();
+    assert_eq!(tables, [["t.kv"]], "no heartbeat due: the idle table waits");
+}
+
+#[test]
 fn batch_ids_are_deterministic() {
     // Pinned (computed independently with Python's hashlib): sha256 over
     // each of name, low, high preceded by its 8-byte big-endian length.
