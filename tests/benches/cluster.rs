@@ -23,8 +23,8 @@
 //!   lease and the position writes to etcd are inside it. Target: at least
 //!   0.9x. Each destination is checked against the oracle. Measured twice:
 //!   with `batch.record_positioned_ms: 1000` (the positioned sink's
-//!   positions copied to the store once a second) and with 0 (the default: at each
-//!   commit), both sides alike.
+//!   positions copied to the store once a second, the default) and with 0
+//!   (at each commit), both sides alike.
 //! - **etcd requests per commit**: during each cluster run, the requests
 //!   etcd received (its own `grpc_server_msg_received_total`, by method:
 //!   every unary call and every message on a stream), divided by the

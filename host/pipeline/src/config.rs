@@ -137,12 +137,11 @@ pub struct BatchConfig {
     /// host's position store. They hold their own positions, so the copy is
     /// for `weir status` and the source's acknowledgement, which waits for
     /// it; on a cluster each copy is an etcd transaction, kept off the
-    /// commit path this way. 0 (the default): with every commit. Not the
-    /// default yet: an Iceberg pipeline on S3 (moto) in the cluster tests
-    /// ran several times slower with it; the cause was the run loop's
-    /// heartbeat cutting a batch per transaction once commits outlasted it
-    /// (fixed in stop 47, with deferral or without), and the default moves
-    /// once a full run has been made with it.
+    /// commit path this way. 1000 (the default): once a second, and when the
+    /// run pauses, stops or ends; 0: with every commit. (A slowdown once
+    /// blamed on the deferral, an Iceberg pipeline on S3 in the cluster
+    /// tests, was the run loop's heartbeat cutting a batch per transaction
+    /// once commits outlasted it, with deferral or without.)
     #[serde(default = "default_record_positioned_ms")]
     pub record_positioned_ms: u64,
 }
@@ -160,7 +159,7 @@ fn default_heartbeat_ms() -> u64 {
     5_000
 }
 fn default_record_positioned_ms() -> u64 {
-    0
+    1_000
 }
 
 impl Default for BatchConfig {
