@@ -173,7 +173,8 @@ pub trait Sink: 'static {
 /// short of `high`: another host committed part of these changes after this
 /// one read the table (a commit frozen inside the sink until the pipeline
 /// moved); return [`SinkError::Fatal`], so the run recovers from the table,
-/// rather than hold those changes twice.
+/// rather than hold those changes twice. `weir plugin test` checks this in
+/// its `commit-inside-staged` scenario.
 pub trait Positions: Sink {
     /// Where `table` stands for `pipeline`: the `high` and `epoch` of its last
     /// durable commit, or `None` if nothing was ever committed for it.

@@ -18,7 +18,7 @@ use common::*;
 use serde_json::Value;
 
 /// Every scenario `weir plugin test` runs, in its order.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "delivery",
     "replay",
     "crash-after-stage",
@@ -28,6 +28,7 @@ const SCENARIOS: [&str; 12] = [
     "empty-commit",
     "same-batch-twice",
     "older-epoch",
+    "commit-inside-staged",
     "new-nullable-column",
     "retryable",
     "trap-mid-commit",
@@ -274,6 +275,7 @@ fn parquet_sink_is_at_least_once_idempotent_by_batch_id() {
     report.assert_earned("at-least-once", "at-least-once, idempotent by batch id");
     // Without positions, fencing is the host's.
     assert_eq!(report.scenario("older-epoch")["outcome"], "n/a");
+    assert_eq!(report.scenario("commit-inside-staged")["outcome"], "n/a");
 }
 
 /// tests/plugin-test/webhook_receiver.py on a free port, storing into a
@@ -391,6 +393,29 @@ fn flawed_fixture_accepting_an_older_epoch_fails() {
     assert_eq!(
         report.with_outcome("fail"),
         ["older-epoch"],
+        "{}",
+        report.text
+    );
+}
+
+#[test]
+fn flawed_fixture_committing_over_another_hosts_commit_fails() {
+    require_venv();
+    let (wasm, report) = plugin_test(
+        "weir-fixture-flawed",
+        "flawed-commits-over-another-host",
+        &[],
+    );
+    report.check_shape(&wasm, true);
+    let (_, why) = report.assert_fails_at(&["commit-inside-staged"]);
+    assert!(
+        why.contains("was accepted") && why.contains("held twice"),
+        "{why}"
+    );
+    // The check of the staged changes is the only rule it breaks.
+    assert_eq!(
+        report.with_outcome("fail"),
+        ["commit-inside-staged"],
         "{}",
         report.text
     );

@@ -175,6 +175,41 @@ impl Harness {
             .expect("a scenario calls the sink only after `start`")
     }
 
+    /// Takes the running instance aside without ending it, as a host that
+    /// stalls while the pipeline moves: the next `start` runs a new
+    /// instance (the new owner) beside it, and the scenario calls this one
+    /// through [`Harness::write_aside`] and [`Harness::commit_aside`].
+    pub fn set_aside(&mut self) -> SinkWorker {
+        self.worker
+            .take()
+            .expect("a scenario sets an instance aside only after `start`")
+    }
+
+    /// Stages `batch` in an instance set aside. The test host's record of
+    /// the table is not touched: [`Harness::record_landed`] says when its
+    /// commit landed.
+    pub fn write_aside(&self, aside: &SinkWorker, batch: &TestBatch) -> Result<(), CallError> {
+        aside.write(batch.header.clone(), batch.ipc.clone()).wait()
+    }
+
+    /// Commits `table` at `high` in an instance set aside, with its `epoch`.
+    pub fn commit_aside(
+        &self,
+        aside: &SinkWorker,
+        table: &Table,
+        high: &Position,
+        epoch: u64,
+    ) -> Result<(), CallError> {
+        aside
+            .commit(CommitRequest {
+                table: table.description.name.clone(),
+                high: high.clone(),
+                pipeline: self.pipeline.clone(),
+                epoch,
+            })
+            .wait()
+    }
+
     /// A batch for `table` with `rows`, at the next positions.
     pub fn batch(&mut self, table: &Table, rows: Vec<Row>) -> TestBatch {
         let first = self.last_position + 1;
@@ -202,6 +237,16 @@ impl Harness {
             ),
             rows,
         }
+    }
+
+    /// Hands out positions up to `last`, as [`Harness::batch`] would have.
+    pub fn skip_to(&mut self, last: u64) {
+        self.last_position = self.last_position.max(last);
+    }
+
+    /// The last position handed out.
+    pub fn last_position(&self) -> u64 {
+        self.last_position
     }
 
     /// The next position, for a commit that carries no batch.

@@ -62,6 +62,11 @@ pub const SCENARIOS: &[Scenario] = &[
         run: older_epoch,
     },
     Scenario {
+        name: "commit-inside-staged",
+        checks: "a commit whose staged changes another host committed in part meanwhile is refused",
+        run: commit_inside_staged,
+    },
+    Scenario {
         name: "new-nullable-column",
         checks: "a batch with a new nullable column lands, or is refused as poison",
         run: new_nullable_column,
@@ -274,6 +279,104 @@ fn older_epoch(h: &mut Harness) -> Step<String> {
     Ok(format!(
         "epoch {} refused after epoch {current}",
         current - 1
+    ))
+}
+
+/// A host stalls mid-commit while the pipeline moves; the new owner reads
+/// where the table stands and stages the changes after it; then the stalled
+/// commit lands (no newer epoch has committed, so fencing lets it through)
+/// with part of those changes. The new owner's commit must be refused: it
+/// would hold those changes twice (an append table would show them twice,
+/// a counter would count them twice). The run then restarts and resumes
+/// from the table.
+fn commit_inside_staged(h: &mut Harness) -> Step<String> {
+    /// Retries of a `retryable` answer to the new owner's commit.
+    const RETRIES: usize = 3;
+    if !h.positioned {
+        return Err(Stop::NotApplicable(
+            "no `positions`: the host records what each commit holds and replays by batch id"
+                .into(),
+        ));
+    }
+    h.start()?;
+    let old_epoch = h.epoch;
+    let mut t = h.table("commit_inside_staged");
+    let first = h.batch(&t, inserts(1..=5));
+    h.deliver(&mut t, &first)?;
+    // The old owner's next batch, staged when it stalls.
+    let from = h.last_position() + 1;
+    let stalled = h.batch_at(&t, from, from + 3, inserts(6..=9));
+    let old_owner = h.set_aside();
+    h.write_aside(&old_owner, &stalled).map_err(|e| {
+        Stop::Fail(format!(
+            "the old owner's `write` of {} rows answered: {e}",
+            stalled.rows.len()
+        ))
+    })?;
+    // The new owner reads the table where the first commit left it, and
+    // stages everything after it.
+    h.start()?;
+    h.check_claim(&t, "when the new owner starts")?;
+    let staged = h.batch_at(&t, from, from + 9, inserts(6..=15));
+    h.skip_to(from + 9);
+    h.must_write(&mut t, &staged)?;
+    // The stalled commit lands.
+    match h.commit_aside(&old_owner, &t, &stalled.header.high, old_epoch) {
+        Ok(()) => h.record_landed(&mut t, &stalled, old_epoch),
+        Err(CallError::Sink(SinkError::Fenced(_))) => {
+            // Refused already (the sink fences epochs that only started):
+            // nothing landed inside the new owner's changes, and its
+            // commit must go through.
+            drop(old_owner);
+            h.must_commit(&mut t, &staged.header.high)?;
+            h.check_claim(&t, "after the new owner's commit")?;
+            h.verify(&t, "after the new owner's commit")?;
+            return Ok(format!(
+                "the stalled commit (epoch {old_epoch}) was fenced once epoch {} started",
+                h.epoch
+            ));
+        }
+        Err(e) => {
+            return Err(Stop::Fail(format!(
+                "the stalled commit at epoch {old_epoch}, with no newer commit made yet, \
+                 answered: {e}"
+            )));
+        }
+    }
+    drop(old_owner);
+    let acknowledged = t.acknowledged.clone();
+    // `retryable` (a sink that finds another writer's commit where it meant
+    // to put its own) is retried, as the host retries it.
+    let mut answer = h.commit(&mut t, &staged.header.high);
+    for _ in 0..RETRIES {
+        if !matches!(answer, Err(CallError::Sink(SinkError::Retryable(_)))) {
+            break;
+        }
+        answer = h.commit(&mut t, &staged.header.high);
+    }
+    if answer.is_ok() {
+        return Err(Stop::Fail(format!(
+            "a commit at {} (epoch {}) whose staged changes start at {} was accepted after \
+             another host's commit reached {} inside them: those changes are held twice",
+            staged.header.high, h.epoch, staged.header.low, stalled.header.high
+        )));
+    }
+    let refusal = answered(&answer);
+    // The refusal fails the run, which restarts and resumes from where the
+    // table stands: the stalled commit's position, with nothing of the
+    // refused commit visible.
+    t.acknowledged = acknowledged;
+    h.start()?;
+    h.forget_staged(&mut t);
+    let when = "after refusing a commit over another host's, and a restart";
+    h.check_claim(&t, when)?;
+    h.verify(&t, when)?;
+    let rest = h.batch_at(&t, from + 4, from + 9, inserts(10..=15));
+    h.deliver(&mut t, &rest)?;
+    h.check_claim(&t, "after resuming from the table")?;
+    h.verify(&t, "after resuming from the table")?;
+    Ok(format!(
+        "refused ({refusal}); resumed from the stalled commit's position"
     ))
 }
 
