@@ -200,14 +200,17 @@ impl Harness {
         high: &Position,
         epoch: u64,
     ) -> Result<(), CallError> {
-        aside
-            .commit(CommitRequest {
-                table: table.description.name.clone(),
-                high: high.clone(),
-                pipeline: self.pipeline.clone(),
-                epoch,
-            })
-            .wait()
+        aside.commit(self.request(table, high, epoch)).wait()
+    }
+
+    /// What a host of `epoch` sends to commit `table` at `high`.
+    fn request(&self, table: &Table, high: &Position, epoch: u64) -> CommitRequest {
+        CommitRequest {
+            table: table.description.name.clone(),
+            high: high.clone(),
+            pipeline: self.pipeline.clone(),
+            epoch,
+        }
     }
 
     /// A batch for `table` with `rows`, at the next positions.
@@ -237,11 +240,6 @@ impl Harness {
             ),
             rows,
         }
-    }
-
-    /// Hands out positions up to `last`, as [`Harness::batch`] would have.
-    pub fn skip_to(&mut self, last: u64) {
-        self.last_position = self.last_position.max(last);
     }
 
     /// The last position handed out.
@@ -296,12 +294,7 @@ impl Harness {
         high: &Position,
         epoch: u64,
     ) -> Result<(), CallError> {
-        let request = CommitRequest {
-            table: table.description.name.clone(),
-            high: high.clone(),
-            pipeline: self.pipeline.clone(),
-            epoch,
-        };
+        let request = self.request(table, high, epoch);
         self.worker().commit(request).wait()?;
         table.acknowledged = Some((high.clone(), epoch));
         for (id, rows) in table.staged.drain(..) {

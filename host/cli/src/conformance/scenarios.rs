@@ -303,7 +303,8 @@ fn commit_inside_staged(h: &mut Harness) -> Step<String> {
     let mut t = h.table("commit_inside_staged");
     let first = h.batch(&t, inserts(1..=5));
     h.deliver(&mut t, &first)?;
-    // The old owner's next batch, staged when it stalls.
+    // The old owner's next batch, staged when it stalls (its positions are
+    // handed out again below, to the new owner's batch).
     let from = h.last_position() + 1;
     let stalled = h.batch_at(&t, from, from + 3, inserts(6..=9));
     let old_owner = h.set_aside();
@@ -317,8 +318,7 @@ fn commit_inside_staged(h: &mut Harness) -> Step<String> {
     // stages everything after it.
     h.start()?;
     h.check_claim(&t, "when the new owner starts")?;
-    let staged = h.batch_at(&t, from, from + 9, inserts(6..=15));
-    h.skip_to(from + 9);
+    let staged = h.batch(&t, inserts(6..=15));
     h.must_write(&mut t, &staged)?;
     // The stalled commit lands.
     match h.commit_aside(&old_owner, &t, &stalled.header.high, old_epoch) {
